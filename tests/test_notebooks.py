@@ -2,7 +2,7 @@
 import os, pytest
 from pathlib import Path
 from nbdev.config import get_config
-from nbdev.test import test_nb
+from nbdev.test import test_nb as _run_nb
 
 cfg = get_config()
 NBS = sorted(p for p in Path(cfg.nbs_path).rglob('*.ipynb')
@@ -13,6 +13,6 @@ FLAGS = os.environ.get('MAPG_TEST_FLAGS', '').split()   # e.g. MAPG_TEST_FLAGS="
 @pytest.mark.parametrize('nb', NBS, ids=[str(p.relative_to(cfg.nbs_path)) for p in NBS])
 def test_notebook(nb):
     skip = [f for f in cfg.tst_flags.split() if f not in FLAGS]
-    ok, secs = test_nb(nb, skip_flags=skip, force_flags=FLAGS, do_print=False, showerr=True, basepath=cfg.config_path)
+    ok, secs = _run_nb(nb, skip_flags=skip, force_flags=FLAGS, do_print=False, showerr=True, basepath=cfg.config_path)
     print(f"{nb.name}: {secs:.1f}s")
     assert ok, f"{nb.name} failed (the error is printed above)"
