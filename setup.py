@@ -30,8 +30,9 @@ setuptools.setup(
     include_package_data=True,
     install_requires=requirements,
     extras_require={'dev': dev_requirements,
-                    'gpu': ['accelerate>=1.0', 'peft>=0.13', 'bitsandbytes>=0.44'],
-                    'flash': ['flash-attn>=2.6']},
+                    'quant': ['bitsandbytes>=0.50'],      # NF4 4-bit loading
+                    'hub': ['datasets>=2.19'],            # hub-only training sets (KodCode, MATH train, Countdown)
+                    'flash': ['flash-attn>=2.6']},        # CUDA only
     python_requires='>=' + min_python,
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
