@@ -111,7 +111,7 @@ def toy_model(seed:int=0, **kwargs):
         torch.manual_seed(seed)
         return BertForMaskedLM(cfg).eval()
 
-# %% ../nbs/00_core.ipynb #5f01e124
+# %% ../nbs/00_core.ipynb #f5cddfb3
 def save_toy(path:str|Path, seed:int=0, model=None, tok=None, **kwargs)->Path:
     "Build (or take) the toy model and tokenizer and save both to `path`"
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
@@ -127,7 +127,7 @@ def load_toy(path:str|Path, dtype=torch.float32):
     model = AutoModelForMaskedLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").eval()
     return model, AutoTokenizer.from_pretrained(path)
 
-# %% ../nbs/00_core.ipynb #f09ddd03
+# %% ../nbs/00_core.ipynb #01d7bf13
 def chk_shape(x:Tensor, dims:str, name:str='tensor', **sizes)->dict:
     "Check that `x` has the dims named in `dims` (space-separated) and the given `sizes`; return the sizes by name"
     names = dims.split()

@@ -101,7 +101,7 @@ def traj_log_probs(traj:Trajectory, policy:Callable, score:str='max_prob', tau:f
             left.remove(u)
     return lp_tok, lp_pos
 
-# %% ../nbs/01_mdp.ipynb #98b385cc
+# %% ../nbs/01_mdp.ipynb #e5796267
 def linear_policy(theta:Tensor, # [n, V, d] weights
                   feats:Callable # z -> [d] features of a state
                  )->Callable:
@@ -113,7 +113,7 @@ def onehot_state_feats(V:int)->Callable:
     def f(z): return torch.cat([torch.nn.functional.one_hot(torch.tensor(V if t is None else t), V + 1) for t in z] + [torch.ones(1)]).double()
     return f
 
-# %% ../nbs/01_mdp.ipynb #db3f3e28
+# %% ../nbs/01_mdp.ipynb #40551486
 def exact_pg(mdp:TinyMDP, make_policy:Callable, theta:Tensor, score:str='max_prob', tau:float=1.0, tok_tau:float=1.0
             )->dict:  # J, grad, grad_token, grad_position (detached tensors)
     "J(theta) and its exact gradient, token part and position part, by enumerating every trajectory"
@@ -131,7 +131,7 @@ def exact_pg(mdp:TinyMDP, make_policy:Callable, theta:Tensor, score:str='max_pro
     g_pos, = torch.autograd.grad((w * lp_pos).sum(), theta)
     return dict(J=J.detach(), grad=grad, grad_token=g_tok, grad_position=g_pos)
 
-# %% ../nbs/01_mdp.ipynb #8cace270
+# %% ../nbs/01_mdp.ipynb #fe0e2dfd
 def counterexample_mdp()->TinyMDP:
     "The appendix's problem: n=2, V=2 (a=0, b=1), one position per step, R = 1{x_1 = a}"
     return TinyMDP(n=2, V=2, ks=(1, 1), reward=lambda x: float(x[0] == 0))
@@ -153,7 +153,7 @@ def counterexample_grads(theta:Tensor, # [3] parameters (theta_1, theta_2, theta
     if theta.shape != (3,): raise ValueError(f"theta must have shape (3,), got {tuple(theta.shape)}")
     return exact_pg(counterexample_mdp(), counterexample_policy, theta, score='max_prob', tau=tau)
 
-# %% ../nbs/01_mdp.ipynb #986d404a
+# %% ../nbs/01_mdp.ipynb #175c3747
 def _draw(weights, u):
     "Index drawn from unnormalised `weights` with the uniform number `u`"
     tot, acc = sum(weights), 0.
@@ -207,7 +207,7 @@ def mc_pg(mdp:TinyMDP, make_policy:Callable, theta:Tensor, n_samples:int, score:
         res[name], res[name + '_se'] = mean.detach(), (((c * gs**2).sum(0) / n_samples - mean**2).clamp(min=0) / n_samples).sqrt().detach()
     return res
 
-# %% ../nbs/01_mdp.ipynb #fa176c76
+# %% ../nbs/01_mdp.ipynb #b80e4eec
 from fastcore.script import call_parse
 
 @call_parse
