@@ -12,7 +12,7 @@ from torch import Tensor
 
 # %% auto #0
 __all__ = ['TOY_SPECIALS', 'TOY_CHAT_TEMPLATE', 'masked_mean', 'upcast', 'token_logp', 'make_gen', 'Tok', 'toy_tokenizer',
-           'toy_config', 'toy_model', 'save_toy', 'load_toy', 'chk_shape']
+           'toy_config', 'seeded', 'toy_model', 'save_toy', 'load_toy', 'chk_shape']
 
 # %% ../nbs/00_core.ipynb #0b860f7d
 def masked_mean(x:Tensor,       # values, any shape
@@ -89,7 +89,7 @@ def toy_tokenizer():
     tok.chat_template = TOY_CHAT_TEMPLATE
     return tok
 
-# %% ../nbs/00_core.ipynb #f2dc203f
+# %% ../nbs/00_core.ipynb #f4e82c24
 def toy_config(vocab_size:int=len(TOY_SPECIALS)+96, # tokenizer size (the toy tokenizer's by default)
                hidden:int=64,       # hidden size
                layers:int=2,        # transformer blocks
@@ -102,14 +102,22 @@ def toy_config(vocab_size:int=len(TOY_SPECIALS)+96, # tokenizer size (the toy to
                       intermediate_size=4*hidden, max_position_embeddings=max_len, hidden_dropout_prob=0.,
                       attention_probs_dropout_prob=0., pad_token_id=pad_id, type_vocab_size=1)
 
+def seeded(seed:int,            # seed of the construction
+           build,               # callable building the object (a model) from the seeded RNG
+           device:str|torch.device='cpu' # the device whose RNG `build` draws from
+          ):
+    "`build()` with the RNG of `device` seeded, leaving the global RNG state as it was"
+    device = torch.device(device)
+    with torch.random.fork_rng(devices=[device] if device.type == 'cuda' else []):
+        torch.manual_seed(seed)
+        return build()
+
 def toy_model(seed:int=0, **kwargs):
     "A randomly initialised toy `BertForMaskedLM` (deterministic in `seed`), in eval mode; `kwargs` go to `toy_config`"
     from transformers import BertForMaskedLM
     cfg = toy_config(**kwargs)
     cfg._attn_implementation = "sdpa"
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return BertForMaskedLM(cfg).eval()
+    return seeded(seed, lambda: BertForMaskedLM(cfg).eval())
 
 # %% ../nbs/00_core.ipynb #f5cddfb3
 def save_toy(path:str|Path, seed:int=0, model=None, tok=None, **kwargs)->Path:

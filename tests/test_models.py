@@ -3,7 +3,8 @@ import importlib.util, re
 import pytest, torch, transformers
 from mapg.core import toy_tokenizer, save_toy, make_gen
 from mapg.models import (MDLM, FAMILIES, load_model, add_lora, lora_target_names, lora_regex, tiny_llada, tiny_dream,
-                         llada_shaped, _seeded)
+                         llada_shaped)
+from mapg.core import seeded
 
 def finite_close(a, b, atol):
     a, b = a.detach().float(), b.detach().float()
@@ -22,7 +23,7 @@ TINY_MLMS = {
 @pytest.fixture(params=list(TINY_MLMS))
 def saved_mlm(request, tmp_path):
     "A tiny AutoModelForMaskedLM of one architecture, saved with the toy tokenizer"
-    _seeded(0, TINY_MLMS[request.param]).save_pretrained(tmp_path)
+    seeded(0, TINY_MLMS[request.param]).save_pretrained(tmp_path)
     toy_tokenizer().save_pretrained(tmp_path)
     return tmp_path
 
