@@ -5,14 +5,16 @@
 # %% ../nbs/00_core.ipynb #61f9fae2
 from __future__ import annotations
 import math, os, json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 import torch, torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 # %% auto #0
 __all__ = ['TOY_SPECIALS', 'TOY_CHAT_TEMPLATE', 'masked_mean', 'upcast', 'token_logp', 'make_gen', 'Tok', 'toy_tokenizer',
-           'toy_config', 'seeded', 'toy_model', 'save_toy', 'load_toy', 'chk_shape']
+           'toy_config', 'seeded', 'toy_model', 'save_toy', 'load_toy', 'sharpen', 'sharp_toy', 'eval_mode', 'left_pad',
+           'chk_shape']
 
 # %% ../nbs/00_core.ipynb #0b860f7d
 def masked_mean(x:Tensor,       # values, any shape
@@ -78,14 +80,16 @@ TOY_CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] 
 def toy_tokenizer():
     "A character-level `PreTrainedTokenizerFast` with [MASK], EOS, end-of-turn and a chat template, built offline"
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders, Regex
+    import transformers
     from transformers import PreTrainedTokenizerFast
     chars = [chr(i) for i in range(32, 127)] + ['\n']
     vocab = {t: i for i, t in enumerate(TOY_SPECIALS + chars)}
     tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # one token per character
     tk.decoder = decoders.Fuse()
+    extra = 'extra_special_tokens' if int(transformers.__version__.split('.')[0]) >= 5 else 'additional_special_tokens'
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]",
-                                  eos_token="<|eos|>", extra_special_tokens=TOY_SPECIALS[4:])
+                                  eos_token="<|eos|>", **{extra: TOY_SPECIALS[4:]})   # the keyword's name changed in transformers 5
     tok.chat_template = TOY_CHAT_TEMPLATE
     return tok
 
@@ -95,11 +99,12 @@ def toy_config(vocab_size:int=len(TOY_SPECIALS)+96, # tokenizer size (the toy to
                layers:int=2,        # transformer blocks
                heads:int=4,         # attention heads
                max_len:int=512,     # longest canvas (absolute position embeddings)
+               intermediate:int|None=None, # feed-forward size (None: 4 * hidden)
                pad_id:int=0):
     "`BertConfig` of the toy model: tiny, bidirectional, no dropout"
     from transformers import BertConfig
     return BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                      intermediate_size=4*hidden, max_position_embeddings=max_len, hidden_dropout_prob=0.,
+                      intermediate_size=intermediate or 4*hidden, max_position_embeddings=max_len, hidden_dropout_prob=0.,
                       attention_probs_dropout_prob=0., pad_token_id=pad_id, type_vocab_size=1)
 
 def seeded(seed:int,            # seed of the construction
@@ -112,12 +117,22 @@ def seeded(seed:int,            # seed of the construction
         torch.manual_seed(seed)
         return build()
 
+def _toy_init(model, seed:int):
+    "PyTorch's default scales (unit-variance embeddings, 1/sqrt(fan_in) for linear maps) from our own generator: the same weights under every `transformers` version"
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() > 1: p.copy_(torch.randn(p.shape, generator=g) * (1. if 'embeddings' in name else p.shape[1] ** -0.5))
+            elif name.endswith('LayerNorm.weight'): p.fill_(1.)
+            else: p.zero_()
+    return model
+
 def toy_model(seed:int=0, **kwargs):
     "A randomly initialised toy `BertForMaskedLM` (deterministic in `seed`), in eval mode; `kwargs` go to `toy_config`"
     from transformers import BertForMaskedLM
     cfg = toy_config(**kwargs)
     cfg._attn_implementation = "sdpa"
-    return seeded(seed, lambda: BertForMaskedLM(cfg).eval())
+    return _toy_init(seeded(seed, lambda: BertForMaskedLM(cfg).eval()), seed)
 
 # %% ../nbs/00_core.ipynb #f5cddfb3
 def save_toy(path:str|Path, seed:int=0, model=None, tok=None, **kwargs)->Path:
@@ -134,6 +149,46 @@ def load_toy(path:str|Path, dtype=torch.float32):
     if not (path/'config.json').exists(): raise FileNotFoundError(f"no model at {path} (config.json missing): run `save_toy({str(path)!r})`")
     model = AutoModelForMaskedLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").eval()
     return model, AutoTokenizer.from_pretrained(path)
+
+# %% ../nbs/00_core.ipynb #a20ed1b9
+def sharpen(model:nn.Module, # the model whose weight matrices are scaled, in place
+            scale:float      # the factor: large values give peaked, context-dependent distributions
+           )->nn.Module:
+    "Multiply every weight matrix of `model` (not its biases or norms) by `scale`, in place"
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1: p.mul_(scale)
+    return model
+
+# %% ../nbs/00_core.ipynb #c7682217
+def sharp_toy(seed:int=0,      # seed of the weights
+              scale:float=2.,   # weight-matrix scale (`sharpen`)
+              max_len:int=16,   # longest canvas
+              **kwargs          # other `toy_config` fields
+             )->nn.Module:
+    "The enumeration fixture: the toy architecture with ids [PAD] 0, [MASK] 1 and 2, sharpened"
+    return sharpen(toy_model(seed, **{**dict(vocab_size=3, hidden=16, layers=1, heads=2, max_len=max_len), **kwargs}), scale)
+
+# %% ../nbs/00_core.ipynb #086ec876
+@contextmanager
+def eval_mode(model:nn.Module): # a module
+    "Run the body with `model` in eval mode (no dropout), restoring its train/eval mode afterwards"
+    was = model.training
+    model.eval()
+    try: yield model
+    finally: model.train(was)
+
+# %% ../nbs/00_core.ipynb #fb3d32d3
+def left_pad(seqs:list,            # token id lists
+             pad_id:int=0,           # the padding id
+             length:int|None=None    # pad to this length (None: the longest sequence)
+            )->tuple:                # ([B, P] int64 ids, [B, P] bool attention mask, False at padding)
+    "Left-pad id lists into a batch and its attention mask"
+    P = max(map(len, seqs)) if length is None else length
+    if any(len(s) > P for s in seqs): raise ValueError(f"a sequence is longer than length={P}")
+    ids = torch.tensor([[pad_id] * (P - len(s)) + list(s) for s in seqs], dtype=torch.long)
+    attn = torch.tensor([[False] * (P - len(s)) + [True] * len(s) for s in seqs])
+    return ids, attn
 
 # %% ../nbs/00_core.ipynb #01d7bf13
 def chk_shape(x:Tensor, dims:str, name:str='tensor', **sizes)->dict:

@@ -4,58 +4,15 @@
 
 # %% ../nbs/06_likelihood.ipynb #62205aac
 from __future__ import annotations
-import math
+from dataclasses import dataclass
 import torch
 from torch import Tensor
-from .core import token_logp, upcast, make_gen
-from .sampler import Rollout, GenSettings, unmask_scores
+from .core import token_logp, upcast, eval_mode
+from .policy import segment_bounds, segment_terms
+from .sampler import Rollout
 
 # %% auto #0
-__all__ = ['segment_bounds', 'segment_terms', 'exact_log_probs', 'counted_mask', 'stepmerge_log_probs', 'sample_segments']
-
-# %% ../nbs/06_likelihood.ipynb #7b30df3b
-def segment_bounds(T:int,  # denoising steps
-                   N:int   # segments (1 <= N <= T)
-                  )->list: # [t_0=0, t_1, ..., t_N=T]
-    "StepMerge boundaries t_m = round(m T / N)"
-    if not 1 <= N <= T: raise ValueError(f"n_segments={N} must be between 1 and the number of steps T={T}")
-    return [math.floor(m * T / N + 0.5) for m in range(N + 1)]
-
-# %% ../nbs/06_likelihood.ipynb #4a83e9cc
-def segment_terms(lg:Tensor,     # [n, W, V] logits of the boundary state z^{t0} on the window positions
-                  x:Tensor,      # [n, W] int64 final tokens on the window
-                  step:Tensor,   # [n, W] int64 unmask_step on the window (0 on padding)
-                  rank:Tensor,   # [n, W] int64 unmask_rank on the window
-                  blk:Tensor,    # [n, W] int64 block of each window position (-1 on padding)
-                  t0:Tensor,     # [n] int64 the segment is steps t0+1 .. t1
-                  t1:Tensor,     # [n] int64
-                  cfg:GenSettings, # the sampler's settings (temperatures, remasking, score, schedule)
-                  tokens:Tensor|None=None, # [n, W] tokens that score competitors under 'token_logprob' (default `x`)
-                  positions:bool=True # compute the position terms (False: token terms only, zeros for positions)
-                 )->tuple:       # ([n, W] token terms, [n, W] position terms), 0 where nothing was decided
-    "Token and position log-probabilities of the decisions of steps t0+1..t1, scored from one boundary pass"
-    t0, t1 = t0[:, None], t1[:, None]
-    decided = (step > t0) & (step <= t1)                                              # [n, W]
-    if cfg.temperature > 0: lt = torch.where(decided, token_logp(lg, x, cfg.temperature), 0.)
-    else: lt = lg.new_zeros(x.shape)
-    lp = lg.new_zeros(x.shape)
-    if cfg.remasking == 'greedy' or not positions: return lt, lp
-    v = unmask_scores(lg, cfg.score, x if tokens is None else tokens) / cfg.pos_temperature   # [n, W]
-    for s in range(int((t1 - t0).max())):
-        t = t0 + 1 + s                                                               # [n, 1] this step, per row
-        live = t <= t1
-        E = (step >= t) & (blk == (t - 1) // cfg.steps_per_block) & live            # E_t: masked before t, in t's block
-        at = step == t
-        for r in range(max(cfg.block_k)):
-            pick = at & (rank == r) & live                                            # one-hot of u_r (or empty)
-            left = E & ~(at & (rank < r))                                             # E_t minus earlier picks
-            has = pick.any(-1, keepdim=True)
-            if cfg.remasking == 'random': term = -left.sum(-1, keepdim=True).clamp(min=1).float().log()
-            else:
-                vals = torch.where(left & has, v, -math.inf).masked_fill(~has, 0.)   # empty rows stay finite (no nan grads)
-                term = v - vals.logsumexp(-1, keepdim=True)
-            lp = lp + torch.where(pick, term, 0.)
-    return lt, lp
+__all__ = ['LogProbs', 'counted_mask', 'exact_log_probs', 'stepmerge_log_probs', 'sample_segments']
 
 # %% ../nbs/06_likelihood.ipynb #fb29d35e
 def _windows(r:Rollout, t0:Tensor, t1:Tensor):
@@ -79,10 +36,8 @@ def _replay(model, r:Rollout, rows:Tensor, t0:Tensor, t1:Tensor, micro_batch:int
         off = (t0 // s.steps_per_block) * s.block_length
         prop = r.proposals[rows, t0].gather(1, (cols - off[:, None]).clamp(0, s.block_length - 1))
         tokens = torch.where((prop >= 0) & (cols - off[:, None] < s.block_length), prop, x)
-    net, was_training = model.model, model.model.training
-    net.eval()
     lt = lp = lq = None
-    try:
+    with eval_mode(model.model):
         mb = micro_batch or n
         for a in range(0, n, mb):
             j = slice(a, a + mb)
@@ -98,31 +53,44 @@ def _replay(model, r:Rollout, rows:Tensor, t0:Tensor, t1:Tensor, micro_batch:int
                 disc = (step[j] > t1[j, None]) & (blk[j] == (t0[j, None] // s.steps_per_block))   # eligible at t, not kept
                 a_q = torch.where(disc, token_logp(lgw, tokens[j], s.temperature), 0.)
                 lq = lq.index_put((rows[j, None].expand_as(cols[j]), cols[j]), a_q, accumulate=True)
-    finally: net.train(was_training)
     return lt, lp, lq
+
+# %% ../nbs/06_likelihood.ipynb #18f60ff1
+@dataclass
+class LogProbs:
+    "Log-probabilities of the decisions of a rollout, attributed to the completion positions they decided"
+    token:Tensor           # [B, L] float32 token term of the decision that kept each position (0 where not scored)
+    pos:Tensor             # [B, L] float32 position term of the pick that kept each position (0 where not scored)
+    counted:Tensor         # [B, L] bool: scored by this call, and at or before the first end-of-sequence token
+    prop:Tensor|None=None  # [B, L] float32 discarded proposals' token term (exact replay of 'token_logprob' only)
+
+    def total(self)->Tensor:
+        "[B] summed log-probability of the counted decisions"
+        x = self.token + self.pos + (0. if self.prop is None else self.prop)
+        return (x * self.counted).sum(-1)
+
+# %% ../nbs/06_likelihood.ipynb #a672a82e
+def counted_mask(r:Rollout,          # the rollout
+                 eos_ids:tuple|None=None # end-of-sequence ids (None: the rollout's own; (): every position counts)
+                )->Tensor:           # [B, L] bool: position at or before the first EOS of its completion
+    "Completion positions up to and including the first end-of-sequence token"
+    c = r.completion
+    if eos_ids is None: eos_ids = getattr(r, 'eos_ids', ())
+    if not eos_ids: return torch.ones_like(c, dtype=torch.bool)
+    is_eos = torch.isin(c, torch.tensor(eos_ids, device=c.device))
+    return (is_eos.long().cumsum(1) - is_eos.long()) == 0
 
 # %% ../nbs/06_likelihood.ipynb #10bd7278
 def exact_log_probs(model,                     # an `MDLM`
                     r:Rollout,                 # the rollout to score
-                    micro_batch:int|None=None, # sequences per forward pass (None: the whole batch)
-                    with_proposals:bool=False  # also return the discarded proposals' term ('token_logprob')
-                   )->tuple:                   # ([B, L] token terms, [B, L] position terms[, [B, L] proposal terms])
+                    micro_batch:int|None=None  # sequences per forward pass (None: the whole batch)
+                   )->LogProbs:                # every decision scored; `prop` for 'token_logprob'
     "Exact log-probabilities of every decision of `r` under `model`, by teacher-forced replay of all T steps"
     B, T, dev = r.B, r.T, r.ids.device
     t = torch.arange(T, device=dev).repeat_interleave(B)                             # pairs ordered by step: one pass per step
     rows = torch.arange(B, device=dev).repeat(T)
     lt, lp, lq = _replay(model, r, rows, t, t + 1, micro_batch or B, exact=True)
-    return (lt, lp, lq) if with_proposals else (lt, lp)
-
-# %% ../nbs/06_likelihood.ipynb #a672a82e
-def counted_mask(r:Rollout,          # the rollout
-                 eos_ids:tuple=()    # end-of-sequence ids (none: every position counts)
-                )->Tensor:           # [B, L] bool: position at or before the first EOS of its completion
-    "Completion positions up to and including the first end-of-sequence token"
-    c = r.completion
-    if not eos_ids: return torch.ones_like(c, dtype=torch.bool)
-    is_eos = torch.isin(c, torch.tensor(eos_ids, device=c.device))
-    return (is_eos.long().cumsum(1) - is_eos.long()) == 0
+    return LogProbs(lt, lp, counted_mask(r), lq if r.settings.score == 'token_logprob' else None)
 
 # %% ../nbs/06_likelihood.ipynb #e47689b4
 def stepmerge_log_probs(model,                   # an `MDLM`
@@ -131,7 +99,7 @@ def stepmerge_log_probs(model,                   # an `MDLM`
                         segments:Tensor|None=None, # [B, K] int64 segment indices (0..N-1, -1 = none) per sequence; None: all
                         micro_batch:int|None=None, # (segment, sequence) pairs per forward pass (None: all at once)
                         positions:bool=True      # compute the position terms (False for the token-only baseline)
-                       )->tuple:                 # ([B, L] token terms, [B, L] position terms, [B, L] bool counted)
+                       )->LogProbs:              # decisions of the chosen segments; `counted` marks them
     "StepMerge log-probabilities: every decision of a segment scored from one forward pass on the segment's first state"
     B, dev = r.B, r.ids.device
     bounds = torch.tensor(segment_bounds(r.T, n_segments), device=dev)
@@ -143,15 +111,14 @@ def stepmerge_log_probs(model,                   # an `MDLM`
     in_seg = torch.zeros(B, n_segments, dtype=torch.bool, device=dev)
     in_seg[rows, seg] = True
     seg_of = torch.searchsorted(bounds, r.unmask_step, right=False) - 1             # [B, L] segment of each decision
-    counted = in_seg.gather(1, seg_of) & counted_mask(r, getattr(model, 'eos_ids', ()))
-    return lt, lp, counted
+    return LogProbs(lt, lp, in_seg.gather(1, seg_of) & counted_mask(r))
 
 # %% ../nbs/06_likelihood.ipynb #55930fb6
 def sample_segments(r:Rollout,                # the rollout
                     n_segments:int,           # N
                     k:int,                    # K segments per sequence
                     generator:torch.Generator|None=None,
-                    eos_ids:tuple=()          # end-of-sequence ids deciding which decisions count
+                    eos_ids:tuple|None=None   # end-of-sequence ids deciding which decisions count (None: the rollout's own)
                    )->Tensor:                 # [B, K] int64 segment indices, ascending, -1 = none
     "K segments per sequence, uniform without replacement among those holding a counted decision"
     if k < 1: raise ValueError(f"k must be >= 1, got {k}")

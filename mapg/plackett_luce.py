@@ -10,7 +10,7 @@ from torch import Tensor
 from .core import upcast
 
 # %% auto #0
-__all__ = ['pl_sample', 'pl_log_prob', 'pl_set_log_prob']
+__all__ = ['gumbel_order', 'pl_sample', 'pl_log_prob', 'pl_set_log_prob']
 
 # %% ../nbs/02_plackett_luce.ipynb #1b656606
 def _check(scores, eligible, tau, picks=None, k=None):
@@ -34,6 +34,20 @@ def _check(scores, eligible, tau, picks=None, k=None):
         raise ValueError(f"k={k} is larger than the number of eligible entries ({int(n_elig.min())} in some row)")
     return eligible.bool()
 
+# %% ../nbs/02_plackett_luce.ipynb #8e496a88
+def gumbel_order(scores:Tensor,             # [..., n] float scores v
+                 eligible:Tensor|None=None, # [..., n] bool: True where an entry may be picked (None: all)
+                 tau:float=1.0,             # temperature; 0 orders by score (ties: lower index first)
+                 generator:torch.Generator|None=None # randomness (on `scores`' device)
+                )->Tensor:                  # [..., n] int64 a whole ordering, ineligible entries last
+    "A whole Plackett–Luce ordering of the entries: its first k entries are a draw of k ordered picks (no argument checks)"
+    keys = scores.double()
+    if tau > 0:
+        e = torch.empty_like(keys).exponential_(generator=generator).clamp_min_(1e-300)
+        keys = keys / tau - e.log()              # v/tau + Gumbel(0, 1)
+    if eligible is not None: keys = keys.masked_fill(~eligible, -math.inf)
+    return keys.sort(dim=-1, descending=True, stable=True).indices
+
 # %% ../nbs/02_plackett_luce.ipynb #41dcb926
 def pl_sample(scores:Tensor,            # [..., n] float scores v
               k:int,                    # picks to draw (without replacement)
@@ -45,18 +59,9 @@ def pl_sample(scores:Tensor,            # [..., n] float scores v
     eligible = _check(scores, eligible, tau, k=k)
     return _gumbel_topk(scores, k, eligible, tau, generator)
 
-def _gumbel_order(scores, eligible, tau, generator):
-    "A whole Plackett-Luce ordering [..., n] (ineligible entries last): its first k entries are a draw of k picks"
-    keys = scores.double()
-    if tau > 0:
-        e = torch.empty_like(keys).exponential_(generator=generator).clamp_min_(1e-300)
-        keys = keys / tau - e.log()              # v/tau + Gumbel(0, 1)
-    if eligible is not None: keys = keys.masked_fill(~eligible, -math.inf)
-    return keys.sort(dim=-1, descending=True, stable=True).indices
-
 def _gumbel_topk(scores, k, eligible, tau, generator):
     "`pl_sample` without argument checks (for hot loops that checked once)"
-    return _gumbel_order(scores, eligible, tau, generator)[..., :k]
+    return gumbel_order(scores, eligible, tau, generator)[..., :k]
 
 # %% ../nbs/02_plackett_luce.ipynb #bc457ef1
 def pl_log_prob(scores:Tensor,            # [..., n] float scores v

@@ -4,60 +4,17 @@
 
 # %% ../nbs/05_sampler.ipynb #e7077c63
 from __future__ import annotations
-import math, numbers, time
-from dataclasses import dataclass, asdict
+import math
+from dataclasses import dataclass
 from itertools import permutations, product
 import torch
 from torch import Tensor
 from fastcore.basics import patch
-from .core import make_gen, upcast
-from .plackett_luce import _gumbel_order
+from .core import make_gen, eval_mode
+from .policy import GenSettings, propose, unmask_scores, pick_positions, segment_bounds, segment_terms
 
 # %% auto #0
-__all__ = ['REMASKING', 'SCORES', 'block_schedule', 'GenSettings', 'Rollout', 'propose', 'unmask_scores', 'pick_positions',
-           'generate', 'rollout_keys', 'enumerate_trajectories', 'bench_generate']
-
-# %% ../nbs/05_sampler.ipynb #892588dc
-REMASKING = ('plackett_luce', 'greedy', 'random')
-SCORES = ('max_logit', 'max_logprob', 'token_logprob')
-
-def block_schedule(n:int,     # positions to keep in the block
-                   steps:int  # steps of the block
-                  )->list:    # positions kept at each step
-    "LLaDA's schedule: `n` positions over `steps` steps, evenly, the remainder to the earliest steps"
-    return [n // steps + (i < n % steps) for i in range(steps)]
-
-@dataclass(frozen=True)
-class GenSettings:
-    "The arguments of `generate` that define the sampling policy, checked when built"
-    gen_length:int=256            # L: completion length
-    block_length:int=32           # positions per semi-autoregressive block (L for one block)
-    steps:int=128                 # T: denoising steps in total (a multiple of the number of blocks)
-    temperature:float=0.9         # tau_tok: token proposal temperature (0: argmax)
-    remasking:str='plackett_luce' # 'plackett_luce' | 'greedy' | 'random': how positions are chosen
-    pos_temperature:float=0.5     # tau_pos: Plackett-Luce temperature
-    score:str='max_logit'         # 'max_logit' | 'max_logprob' | 'token_logprob': the unmasking score
-
-    def __post_init__(self):
-        for f in ('gen_length', 'block_length', 'steps'):
-            v = getattr(self, f)
-            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{f} must be a positive integer, got {v!r}")
-        L, bl, T = self.gen_length, self.block_length, self.steps
-        if L % bl: raise ValueError(f"gen_length={L} must be a multiple of block_length={bl}")
-        nb = L // bl
-        if T % nb: raise ValueError(f"steps={T} must be a positive multiple of the number of blocks (gen_length/block_length = {nb})")
-        if T // nb > bl: raise ValueError(f"steps={T} gives {T // nb} steps per block, more than the block_length={bl} positions to keep")
-        if self.remasking not in REMASKING: raise ValueError(f"remasking={self.remasking!r}: expected one of {REMASKING}")
-        if self.score not in SCORES: raise ValueError(f"score={self.score!r}: expected one of {SCORES}")
-        if not self.temperature >= 0: raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.remasking == 'plackett_luce' and not self.pos_temperature > 0:
-            raise ValueError(f"pos_temperature must be > 0 for plackett_luce, got {self.pos_temperature} (use remasking='greedy')")
-
-    num_blocks = property(lambda self: self.gen_length // self.block_length)
-    steps_per_block = property(lambda self: self.steps // self.num_blocks)
-    block_k = property(lambda self: block_schedule(self.block_length, self.steps_per_block))  # k_t within a block
-    k = property(lambda self: self.block_k * self.num_blocks)                                  # k_t for t = 1..T
+__all__ = ['Rollout', 'generate', 'rollout_keys', 'enumerate_trajectories']
 
 # %% ../nbs/05_sampler.ipynb #65ec3a49
 @dataclass
@@ -77,6 +34,7 @@ class Rollout:
     n_segments:int|None=None    # N, when `generate` was asked for StepMerge old log-probs
     old_token:Tensor|None=None  # [B, L] float32 StepMerge (N segments) token term of every decision, from the sampler's passes
     old_pos:Tensor|None=None    # [B, L] float32 StepMerge position term of every decision
+    eos_ids:tuple=()            # end-of-sequence ids of the model that generated it: decisions after the first are not counted
 
     B = property(lambda self: self.ids.shape[0])
     L = property(lambda self: self.settings.gen_length)
@@ -88,51 +46,6 @@ class Rollout:
         "[B] float32 log-probability of each whole trajectory under the behaviour policy"
         lp = self.logp_token.sum(-1) + self.logp_pos.sum(-1)
         return lp if self.logp_prop is None else lp + self.logp_prop.sum(-1)
-
-# %% ../nbs/05_sampler.ipynb #1c371a23
-def propose(logits:Tensor,        # [..., V] logits of the eligible positions
-            temperature:float,    # tau_tok; 0 is argmax
-            generator:torch.Generator|None=None
-           )->tuple:              # ([...] int64 proposed tokens, [...] float32 their log softmax(logits/temperature))
-    "A token per position from softmax(`logits`/`temperature`) by Gumbel-max, with its log-probability"
-    if temperature == 0:
-        x = logits.argmax(-1)
-        return x, torch.zeros(x.shape, device=x.device)
-    z = logits.float() / temperature
-    x = torch.sub(z, torch.rand(z.shape, generator=generator, device=z.device).log_().neg_().log_()).argmax(-1)   # z + Gumbel
-    return x, z.log_softmax(-1).gather(-1, x.unsqueeze(-1)).squeeze(-1)
-
-# %% ../nbs/05_sampler.ipynb #2c8d6f70
-def unmask_scores(logits:Tensor,            # [..., V] logits of the eligible positions
-                  score:str='max_logit',    # 'max_logit' | 'max_logprob' | 'token_logprob'
-                  proposals:Tensor|None=None# [...] int64 proposed tokens (needed by 'token_logprob')
-                 )->Tensor:                 # [...] scores v (float32; float64 for float64 logits)
-    "The unmasking score v of every eligible position"
-    lg = upcast(logits)
-    if score == 'max_logit': return lg.amax(-1)
-    if score == 'max_logprob': return lg.amax(-1) - lg.logsumexp(-1)
-    if score == 'token_logprob':
-        if proposals is None: raise ValueError("score='token_logprob' needs the proposals")
-        return lg.gather(-1, proposals.unsqueeze(-1)).squeeze(-1) - lg.logsumexp(-1)
-    raise ValueError(f"score={score!r}: expected one of {SCORES}")
-
-# %% ../nbs/05_sampler.ipynb #b1d3732a
-def pick_positions(scores:Tensor,            # [B, m] scores v of the m candidates
-                   k:int,                    # positions to keep
-                   remasking:str='plackett_luce', # 'plackett_luce' | 'greedy' | 'random'
-                   tau:float=0.5,            # Plackett-Luce temperature
-                   generator:torch.Generator|None=None
-                  )->tuple:                  # ([B, k] int64 picks into the m candidates, in order; [B, k] float32 log-probs)
-    "Ordered picks of `k` candidates and the log-probability of each pick given the earlier ones"
-    B, m = scores.shape
-    if remasking == 'greedy': return _gumbel_order(scores, None, 0., None)[:, :k], torch.zeros(B, k, device=scores.device)
-    if remasking not in REMASKING: raise ValueError(f"remasking={remasking!r}: expected one of {REMASKING}")
-    if remasking == 'random':     # Gumbel keys alone: a uniform random order
-        lp = -torch.arange(m, m - k, -1, device=scores.device, dtype=torch.float32).log_()
-        return _gumbel_order(torch.zeros_like(scores), None, 1., generator)[:, :k], lp.expand(B, k)
-    order = _gumbel_order(scores, None, tau, generator)                   # [B, m] full Plackett-Luce ordering
-    xs = (scores.float() / tau).gather(1, order)
-    return order[:, :k], (xs - xs.flip(-1).logcumsumexp(-1).flip(-1))[:, :k]
 
 # %% ../nbs/05_sampler.ipynb #7ec6d304
 def _canvas(prompt_ids, attention_mask, gen_length, mask_id, device):
@@ -172,9 +85,8 @@ class _Sampler:
         self.proposals = torch.full((B, cfg.steps, bl), -1, dtype=torch.long, device=dev) if tl else None
         self.logp_prop = torch.zeros(B, L, device=dev) if tl else None
         self.old_token = self.old_pos = None
-        if n_segments:                                  # StepMerge old log-probs from the boundary passes (mapg.likelihood)
-            from mapg.likelihood import segment_bounds, segment_terms     # (mapg.likelihood imports this module)
-            self.bounds, self.pending, self.segment_terms = segment_bounds(cfg.steps, n_segments), [], segment_terms
+        if n_segments:                                  # StepMerge old log-probs from the boundary passes
+            self.bounds, self.pending = segment_bounds(cfg.steps, n_segments), []
             self.old_token, self.old_pos = (torch.zeros(B, L, device=dev) for _ in range(2))
 
     def forward(self)->Tensor:
@@ -215,7 +127,7 @@ class _Sampler:
         self.pending.append((t - 1, t1, c, W, done, logits[:, self.P + c:self.P + c + W].clone()))   # [B, W, V]
 
     def _score_segments(self, t:int):
-        "Score the pending segments whose decisions are all known after step t (`mapg.likelihood.segment_terms`)"
+        "Score the pending segments whose decisions are all known after step t (`segment_terms`)"
         B, T, bl = self.ids.shape[0], self.cfg.steps, self.cfg.block_length
         for seg in [p for p in self.pending if p[4] == t]:
             t0, t1, c, W, _, lg = seg
@@ -223,7 +135,7 @@ class _Sampler:
             step = self.unmask_step[:, w].masked_fill(self.unmask_step[:, w] == 0, T + 1)   # undecided: after the segment
             blk = (torch.arange(c, c + W, device=lg.device) // bl).expand(B, W)
             full = lambda v: torch.full((B,), v, device=lg.device)
-            lt, lp = self.segment_terms(lg.float(), self.completion[:, w], step, self.unmask_rank[:, w], blk, full(t0), full(t1), self.cfg)
+            lt, lp = segment_terms(lg.float(), self.completion[:, w], step, self.unmask_rank[:, w], blk, full(t0), full(t1), self.cfg)
             self.old_token[:, w] += lt; self.old_pos[:, w] += lp
             self.pending.remove(seg)
 
@@ -232,7 +144,7 @@ class _Sampler:
         c = lambda x: None if x is None else x.clone()
         return Rollout(c(self.ids), c(self.attn), self.P, c(self.unmask_step), c(self.unmask_rank), c(self.logp_token),
                        c(self.logp_pos), self.cfg, self.model.mask_id, c(self.proposals), c(self.logp_prop),
-                       self.n_segments, c(self.old_token), c(self.old_pos))
+                       self.n_segments, c(self.old_token), c(self.old_pos), tuple(self.model.eos_ids))
 
 # %% ../nbs/05_sampler.ipynb #3becf2b0
 def generate(model,                               # an `MDLM` (mask_id, forward_kwargs, forward)
@@ -256,14 +168,9 @@ def generate(model,                               # an `MDLM` (mask_id, forward_
         raise ValueError(f"stepmerge_segments={stepmerge_segments!r} must be an integer between 1 and steps={steps}")
     ids, attn, P = _canvas(prompt_ids, attention_mask, gen_length, model.mask_id, model.device)
     gen = _check_gen(generator, ids.device)
-    net = model.model
-    was_training = net.training
-    net.eval()
-    try:
-        with torch.inference_mode():
-            s = _Sampler(model, ids, attn, P, cfg, gen, stepmerge_segments)
-            for t in _progress(range(1, cfg.steps + 1), progress): s.step(t, s.forward())
-    finally: net.train(was_training)
+    with eval_mode(model.model), torch.inference_mode():
+        s = _Sampler(model, ids, attn, P, cfg, gen, stepmerge_segments)
+        for t in _progress(range(1, cfg.steps + 1), progress): s.step(t, s.forward())
     return s.rollout()
 
 def _progress(it, show:bool):
@@ -370,50 +277,3 @@ def enumerate_trajectories(model,                  # an `MDLM`
 
     with torch.no_grad(): walk(1, prompt_ids.tolist() + [mask] * L, [0] * L, [0] * L, [], torch.zeros((), dtype=torch.float64))
     return out
-
-# %% ../nbs/05_sampler.ipynb #f4e3d85a
-def _sync(device):
-    if torch.device(device).type == 'cuda': torch.cuda.synchronize(device)
-
-def bench_generate(model,                   # an `MDLM`
-                   batch:int=8,             # prompts per call
-                   prompt_len:int=16,       # prompt length
-                   repeats:int=3,           # interleaved rounds of (generate, bare forwards); the fastest of each is kept
-                   seed:int=0,
-                   clock:str|None=None,     # 'wall' or 'cpu' (process time); None: cpu on a CPU device, wall on CUDA
-                   **kwargs                 # `generate`'s settings
-                  )->dict:
-    "Time `generate` against as many bare forward passes of the same model on the same canvas, in one run"
-    s, dev = GenSettings(**kwargs), model.device
-    clock = clock or ('wall' if dev.type == 'cuda' else 'cpu')
-    if clock not in ('wall', 'cpu'): raise ValueError(f"clock={clock!r}: expected 'wall' or 'cpu'")
-    now = time.perf_counter if clock == 'wall' else time.process_time
-    g, net = make_gen(seed, dev), model.model.eval()
-    V = (net.get_base_model() if hasattr(net, 'get_base_model') else net).config.vocab_size
-    prompt = torch.randint(0, V, (batch, prompt_len), generator=g, device=dev)
-    prompt[prompt == model.mask_id] = (model.mask_id + 1) % V
-    canvas = torch.cat([prompt, torch.full((batch, s.gen_length), model.mask_id, device=dev)], 1)
-    inside, bare_forward = [], net.forward            # time of the model's forward passes made inside `generate`
-    def timed(*args, **kw):
-        _sync(dev); t0 = now(); out = bare_forward(*args, **kw); _sync(dev)
-        inside[-1] += now() - t0
-        return out
-    def run_generate():
-        inside.append(0.)
-        net.forward = timed
-        try: generate(model, prompt, generator=g, **asdict(s))
-        finally: del net.forward
-    @torch.inference_mode()                            # as inside `generate`
-    def run_forwards():
-        for _ in range(s.steps): net(input_ids=canvas)
-    if dev.type == 'cuda': torch.cuda.reset_peak_memory_stats(dev)
-    times = {run_generate: [], run_forwards: []}
-    for i in range(repeats + 1):                       # round 0 warms up
-        for f in times:
-            _sync(dev); t0 = now(); f(); _sync(dev)
-            times[f].append(now() - t0)
-    gen, fwd = times[run_generate][1:], times[run_forwards][1:]
-    best = min(range(repeats), key=gen.__getitem__)
-    return dict(batch=batch, clock=clock, gen_s=gen[best], fwd_s=min(fwd), ratio=gen[best] / min(fwd),
-                outside_share=1 - inside[1:][best] / gen[best], tokens_per_s=batch * s.gen_length / gen[best],
-                peak_mem_gib=torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == 'cuda' else None)

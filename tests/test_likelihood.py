@@ -7,7 +7,7 @@ converge to the full gradient, and the token-only estimate to the token part, mi
 import math
 import pytest, torch
 from torch.func import functional_call
-from mapg.core import Tok, toy_model, make_gen
+from mapg.core import Tok, sharp_toy, toy_model, make_gen
 from mapg.models import MDLM
 from mapg.sampler import generate
 from mapg.likelihood import exact_log_probs, stepmerge_log_probs
@@ -21,12 +21,8 @@ SET = dict(gen_length=3, block_length=3, steps=3, temperature=0.9, pos_temperatu
 def reward_ids(x):         # on token ids of the completion
     return float(x[0] == 2) + 0.5 * float(x[2] == 0)
 
-def tiny(seed=3, scale=20.):
-    net = toy_model(seed, vocab_size=3, hidden=16, layers=1, heads=2, max_len=8)
-    with torch.no_grad():
-        for p in net.parameters():
-            if p.dim() > 1: p.mul_(scale)
-    return MDLM(net.double(), Tok(mask_id=1, eos_ids=(), pad_id=0), 'toy')
+def tiny(seed=3, scale=1.):
+    return MDLM(sharp_toy(seed, scale, max_len=8).double(), Tok(mask_id=1, eos_ids=(), pad_id=0), 'toy')
 
 def exact_grads(m, score):
     "J and the exact gradient parts with respect to the flattened weights, by enumeration (mapg.mdp)"
@@ -48,7 +44,8 @@ def mc_grads(m, score, n_chunks, chunk):
     for _ in range(n_chunks):
         r = generate(m, PROMPT.expand(chunk, 2), score=score, generator=gen, **SET)
         R = torch.tensor([reward_ids(x) for x in r.completion.tolist()], dtype=torch.float64)
-        lt, lp = exact_log_probs(m, r)
+        e = exact_log_probs(m, r)
+        lt, lp = e.token, e.pos
         for pos_weight, out in ((1., full), (0., tok)):
             m.model.zero_grad()
             loss, _ = rloo_loss(lt, None, lp, None, torch.ones_like(lt, dtype=torch.bool), R, pos_weight=pos_weight, reduce='sum')
@@ -83,9 +80,11 @@ def test_ratio_is_one_at_first_update():
         if isinstance(mod, torch.nn.Dropout): mod.p = 0.3
     m = MDLM(net, Tok(mask_id=1, eos_ids=(0,), pad_id=0), 'toy')
     r = generate(m, torch.tensor([[2, 0, 2]] * 4), gen_length=8, block_length=4, steps=8, generator=make_gen(0))
-    with torch.no_grad(): old_t, old_p, _ = stepmerge_log_probs(m, r, 4)
+    with torch.no_grad(): old = stepmerge_log_probs(m, r, 4)
+    old_t, old_p = old.token, old.pos
     net.train()
-    lt, lp, counted = stepmerge_log_probs(m, r, 4, segments=torch.tensor([[0, 2]] * 4))
+    new = stepmerge_log_probs(m, r, 4, segments=torch.tensor([[0, 2]] * 4))
+    lt, lp, counted = new.token, new.pos, new.counted
     assert net.training and lt.requires_grad
     loss, met = gspo_loss(lt, old_t, lp, old_p, counted, torch.tensor([1., -1., 0.5, 0.]))
     assert abs(met['ratio_token'] - 1) < 1e-6 and abs(met['ratio_pos'] - 1) < 1e-6
