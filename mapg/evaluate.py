@@ -168,11 +168,13 @@ def _with_help(cls):
         if docs.get(f.name) and 'help' not in f.metadata: f.metadata = types.MappingProxyType({**f.metadata, 'help': docs[f.name]})
     return cls
 
-def docments_parser(cls=EvalArgs, **kwargs):
+def docments_parser(cls=EvalArgs,      # a dataclass whose fields have inline comments
+                    config:bool=True,  # add `--config` (a YAML file of defaults)
+                    **kwargs):         # passed to `HfArgumentParser` (e.g. `description`)
     "An `HfArgumentParser` over dataclass `cls` whose help texts are the fields' inline comments"
     from transformers import HfArgumentParser
     p = HfArgumentParser(_with_help(cls), **kwargs)
-    p.add_argument('--config', type=str, default=None, help='YAML file of defaults for any option above (the command line wins)')
+    if config: p.add_argument('--config', type=str, default=None, help='YAML file of defaults for any option above (the command line wins)')
     return p
 
 def parse_eval_args(argv:list|None=None # command-line words (None: sys.argv[1:])
