@@ -168,11 +168,21 @@ def _math_row(r):
 
 def _humaneval_row(r):
     return dict(prompt=code_prompt("Complete the following Python function:", code=r['prompt']), tests=r['test'],
-                entry_point=r['entry_point'], test_imports=prompt_imports(r['prompt']), id=r['task_id'])
+                entry_point=r['entry_point'], test_imports=prompt_imports(r['prompt']), helpers=r['prompt'], id=r['task_id'])
+
+def _mbpp_entry(r)->str|None:
+    "The function MBPP's tests call that its reference code defines (the one a solution may name like a built-in)"
+    try: defined = {n.name for n in ast.parse(r.get('code') or '').body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    except SyntaxError: return None
+    for t in r['test_list']:
+        try: calls = [n.func.id for n in ast.walk(ast.parse(t)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+        except SyntaxError: continue
+        if hit := next((c for c in calls if c in defined), None): return hit
+    return None
 
 def _mbpp_row(r):
     return dict(prompt=code_prompt(r['prompt'], tests=r['test_list']), tests=list(r['test_list']),
-                test_imports=list(r.get('test_imports') or []), id=r['task_id'])
+                test_imports=list(r.get('test_imports') or []), entry_point=_mbpp_entry(r), id=r['task_id'])
 
 def _kodcode_row(r):
     info = r.get('test_info') or []

@@ -4,16 +4,17 @@
 
 # %% ../nbs/10_rewards.ipynb #a3623d09
 from __future__ import annotations
-import ast, inspect, re, threading, warnings
+import ast, inspect, logging, re, threading, warnings
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from .rewards_math import math_equal
-from .sandbox import SandboxCfg, run_program
+from .sandbox import SandboxCfg, judge_program
 
 # %% auto #0
-__all__ = ['UNSAFE_MODULES', 'REWARDS', 'answer_tag', 'last_boxed', 'code_blocks', 'python_block', 'parse_number',
-           'single_number', 'hash_answer', 'xml_tags_placed', 'gsm8k_reward', 'math_format', 'math_reward',
-           'parse_code', 'unsafe_names', 'code_tests', 'code_reward', 'sudoku_solved', 'sudoku_reward', 'eval_arith',
+__all__ = ['MAX_NUMBER_CHARS', 'MAX_CHARS', 'PARTS', 'UNSAFE_MODULES', 'REWARDS', 'answer_tag', 'last_boxed', 'code_blocks',
+           'python_block', 'parse_number', 'single_number', 'hash_answer', 'soft_format', 'strict_format',
+           'xml_tags_placed', 'gsm8k_reward', 'answer_spans', 'math_format', 'math_reward', 'parse_code',
+           'unsafe_names', 'code_tests', 'code_reward', 'sudoku_solved', 'sudoku_reward', 'eval_arith',
            'countdown_reward', 'get_reward', 'score_batch', 'batch_reward', 'task_metrics']
 
 # %% ../nbs/10_rewards.ipynb #fed48302
@@ -41,11 +42,19 @@ def last_boxed(text:str)->str|None:
     return None
 
 # %% ../nbs/10_rewards.ipynb #939a34fe
-_FENCE = re.compile(r'```[ \t]*([\w+-]*)[^\n]*\n(.*?)```', re.DOTALL)
-
 def code_blocks(text:str)->list:
-    "`(language, code)` for every closed Markdown code fence in `text`, in order"
-    return [(m[1].lower(), m[2]) for m in _FENCE.finditer(text)]
+    "`(language, code)` for every closed Markdown code fence in `text`, in order (one left-to-right scan)"
+    out, i = [], 0
+    while (i := text.find('```', i)) >= 0:
+        nl = text.find('\n', i + 3)
+        if nl < 0: break
+        end = text.find('```', nl + 1)
+        if end < 0: break                      # no later fence can close either
+        out.append((_LANG.match(text, i + 3, nl)[1].lower(), text[nl + 1:end]))
+        i = end + 3
+    return out
+
+_LANG = re.compile(r'[ \t]*([\w+-]*)')     # anchored, one pass over the opening line
 
 def python_block(text:str)->str|None:
     "The code of the first closed fence tagged `python`, `py`, `python3` or untagged; None if there is none"
@@ -53,22 +62,31 @@ def python_block(text:str)->str|None:
 
 # %% ../nbs/10_rewards.ipynb #8b181fea
 _NUM = r'[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-−]?\.\d+'
+_NUM_RE, _NUMS_RE = re.compile(_NUM), re.compile(rf'(?<![\d.,])(?:{_NUM})(?![\d])')
+MAX_NUMBER_CHARS = 100   # a longer number is no answer to these tasks: None (and `int` would refuse past 4300 digits)
+
+def _number(s:str)->Fraction|None:
+    "The value of a string that matched `_NUM`, None when it is too long"
+    return Fraction(s.replace(',', '').replace('−', '-')) if len(s) <= MAX_NUMBER_CHARS else None
 
 def parse_number(s:str)->Fraction|None:
     "Exact value of `s` if it is one number (commas, `$`, `\\boxed{}`, trailing `.`, negatives allowed), else None"
     if not isinstance(s, str): return None
     s = s.strip()
     if (b := last_boxed(s)) is not None and s.startswith('\\boxed'): s = b.strip()
-    s = re.sub(r'^(\\?\$)\s*|\s*\\?\$$', '', s).rstrip('.').strip()
-    if not re.fullmatch(_NUM, s): return None
-    return Fraction(s.replace(',', '').replace('−', '-'))
+    for d in ('\\$', '$'):                         # one leading and one trailing dollar sign
+        if s.startswith(d): s = s[len(d):].lstrip(); break
+    for d in ('\\$', '$'):
+        if s.endswith(d): s = s[:-len(d)].rstrip(); break
+    s = s.rstrip('.').strip()
+    return _number(s) if _NUM_RE.fullmatch(s) else None
 
 def single_number(s:str)->Fraction|None:
     "Exact value of the only number in `s` (None when there are none or several)"
     if not isinstance(s, str): return None
     if (x := parse_number(s)) is not None: return x
-    nums = re.findall(rf'(?<![\d.,])(?:{_NUM})(?![\d])', s)
-    return Fraction(nums[0].replace(',', '').replace('−', '-')) if len(nums) == 1 else None
+    nums = _NUMS_RE.findall(s, 0)
+    return _number(nums[0]) if len(nums) == 1 else None
 
 def hash_answer(solution:str)->str:
     "The gold answer of a GSM8K solution: the text after its `####` marker"
@@ -77,16 +95,37 @@ def hash_answer(solution:str)->str:
 
 # %% ../nbs/10_rewards.ipynb #b818d4fd
 _GSM_TAGS = ('<reasoning>', '</reasoning>', '<answer>', '</answer>')
-_SOFT = re.compile(r'\s*<reasoning>.*?</reasoning>\s*<answer>.*?</answer>', re.DOTALL)
-_BODY = r'(?:(?!</?(?:reasoning|answer)>).)*?'
-_STRICT = re.compile(rf'<reasoning>\n{_BODY}\n</reasoning>\n<answer>\n{_BODY}\n</answer>\n?', re.DOTALL)
+
+def _skip_ws(text:str, i:int)->int:
+    while i < len(text) and text[i].isspace(): i += 1
+    return i
+
+def soft_format(text:str)->bool:
+    "`<reasoning>…</reasoning>` then `<answer>…</answer>` (anything inside, whitespace around), from the start of `text`"
+    i = _skip_ws(text, 0)
+    if not text.startswith('<reasoning>', i): return False
+    j = i + len('<reasoning>')
+    while (j := text.find('</reasoning>', j)) >= 0:     # the first close followed by an answer tag: the latest start
+        k = _skip_ws(text, j + len('</reasoning>'))      # for its `</answer>` (each whitespace run is skipped once)
+        if text.startswith('<answer>', k): return text.find('</answer>', k + len('<answer>')) >= 0
+        j += 1
+    return False
+
+def strict_format(text:str)->bool:
+    "Exactly `<reasoning>\\n…\\n</reasoning>\\n<answer>\\n…\\n</answer>` (optionally a final newline), no tag inside"
+    t = text[:-1] if text.endswith('\n') else text
+    head, mid, tail = '<reasoning>\n', '\n</reasoning>\n<answer>\n', '\n</answer>'
+    if not (t.startswith(head) and t.endswith(tail)): return False
+    m = t.find(mid, len(head))
+    if m < 0 or m + len(mid) > len(t) - len(tail): return False
+    bodies = t[len(head):m] + '\n' + t[m + len(mid):len(t) - len(tail)]
+    return not any(tag in bodies for tag in _GSM_TAGS)
 
 def xml_tags_placed(text:str, tags=_GSM_TAGS)->int:
     "How many of `tags` occur exactly once, alone on their line, in order with respect to the other tags that occur once"
     pos = {}
     for t in tags:
-        hits = [m.start() for m in re.finditer(re.escape(t), text)]
-        if len(hits) == 1: pos[t] = hits[0]
+        if text.count(t) == 1: pos[t] = text.find(t)
     def alone(t):
         i = pos[t]; a, b = text.rfind('\n', 0, i) + 1, text.find('\n', i)
         return (text[a:i] + text[i + len(t):len(text) if b < 0 else b]).strip() == ''
@@ -96,6 +135,14 @@ def xml_tags_placed(text:str, tags=_GSM_TAGS)->int:
     return sum(alone(t) and ordered(t) for t in pos)
 
 # %% ../nbs/10_rewards.ipynb #cea48db5
+MAX_CHARS = dict(gsm8k=20_000, math=20_000, code=50_000, sudoku=20_000, countdown=20_000)
+PARTS = dict(gsm8k=('xml', 'soft_format', 'strict_format', 'integer', 'correct'), math=('format', 'correct'),
+             code=('format', 'execution'), sudoku=('cells', 'solved'), countdown=('format', 'correct'))
+
+def _zeros(task:str)->dict:
+    "The reward dict of a sample that scores nothing"
+    return dict(total=0., **{k: 0. for k in PARTS[task]})
+
 def gsm8k_reward(completion:str, # model output
                  answer:str      # gold answer: a number ("1,000") or a full GSM8K solution ending in "#### 1,000"
                 )->dict:         # total (max 4.0) and parts xml, soft_format, strict_format, integer, correct
@@ -103,11 +150,12 @@ def gsm8k_reward(completion:str, # model output
     text = _text(completion)
     gold = parse_number(hash_answer(answer) if '####' in str(answer) else str(answer))
     if gold is None: raise ValueError(f"gsm8k_reward: the gold `answer` is not a number: {answer!r}")
+    if len(text) > MAX_CHARS['gsm8k']: return _zeros('gsm8k')
     ans = answer_tag(text)
     num = parse_number(ans) if ans is not None else None
     pred = single_number(ans) if ans is not None else None
-    return _parts(xml=0.125 * xml_tags_placed(text), soft_format=0.5 * bool(_SOFT.match(text)),
-                  strict_format=0.5 * bool(_STRICT.fullmatch(text)), integer=0.5 * (num is not None and num.denominator == 1),
+    return _parts(xml=0.125 * xml_tags_placed(text), soft_format=0.5 * soft_format(text),
+                  strict_format=0.5 * strict_format(text), integer=0.5 * (num is not None and num.denominator == 1),
                   correct=2.0 * (pred is not None and pred == gold))
 
 def _parts(**parts)->dict:
@@ -123,11 +171,18 @@ def _text(c)->str:
     return '' if c is None else str(c)
 
 # %% ../nbs/10_rewards.ipynb #72969f72
-_ANSWER_PAIR = re.compile(r'<answer>(.*?)</answer>', re.DOTALL)
+def answer_spans(text:str)->list:
+    "The contents of every closed `<answer>…</answer>` pair, left to right (non-overlapping, one scan)"
+    out, i = [], 0
+    while (i := text.find('<answer>', i)) >= 0:
+        j = text.find('</answer>', i + len('<answer>'))
+        if j < 0: break
+        out.append(text[i + len('<answer>'):j]); i = j + len('</answer>')
+    return out
 
 def math_format(text:str)->float:
     "MATH format reward: 1.0 answer tags with \\boxed inside, 0.75 tags only, 0.5 \\boxed only, 0.25 neither"
-    spans = _ANSWER_PAIR.findall(text)
+    spans = answer_spans(text)
     if spans: return 1.0 if any(last_boxed(s) is not None for s in spans) else 0.75
     return 0.5 if last_boxed(text) is not None else 0.25
 
@@ -139,6 +194,7 @@ def math_reward(completion:str, # model output
     text, gold = _text(completion), str(answer)
     if '\\boxed' in gold or '\\fbox' in gold: gold = last_boxed(gold)
     if not gold or not gold.strip(): raise ValueError(f"math_reward: empty gold `answer`: {answer!r}")
+    if len(text) > MAX_CHARS['math']: return _zeros('math')
     return _parts(format=math_format(text), correct=2.0 * math_equal(last_boxed(text), gold, timeout=timeout))
 
 # %% ../nbs/10_rewards.ipynb #6395cde3
@@ -186,19 +242,22 @@ def code_tests(tests, entry_point:str|None=None)->list:
 def code_reward(completion:str,        # model output (the code is its first Python fence)
                 tests,                 # list of test snippets, or a HumanEval test program (with `entry_point`)
                 entry_point:str|None=None, # HumanEval: the function `check` is called on
-                test_imports=(),       # snippets run before the code (e.g. "import math")
+                test_imports=(),       # import lines run before the code (sandbox) and before the tests (judge)
                 timeout:float=10.,     # wall-clock seconds for the program and all its tests
                 blocked=UNSAFE_MODULES,# modules/names that make execution 0
-                cfg:SandboxCfg|None=None # full sandbox limits (overrides `timeout`)
+                cfg:SandboxCfg|None=None, # full sandbox limits (overrides `timeout`)
+                helpers:str|None=None  # trusted code the tests use (HumanEval: the prompt), never the program's version
                )->dict:                # total (max 2.0) and parts format, execution
-    "Code reward: format of the Python block + fraction of `tests` passed in the sandbox (0 if it uses `blocked`)"
+    "Code reward: format of the Python block + fraction of `tests` passed, judged outside the sandbox (0 if it uses `blocked`)"
     cases, text = code_tests(tests, entry_point), _text(completion)
     if isinstance(test_imports, str): test_imports = [test_imports]
+    if len(text) > MAX_CHARS['code']: return _zeros('code')
     code = python_block(text)
     if code is None: return _parts(format=0., execution=0.)
     if (tree := parse_code(code)) is None: return _parts(format=0.5, execution=0.)
     if unsafe_names(tree, blocked): return _parts(format=1., execution=0.)
-    res = run_program(code, cases, [str(s) for s in test_imports], cfg or SandboxCfg(timeout=timeout))
+    res = judge_program(code, cases, [str(s) for s in test_imports], helpers=helpers, entry_point=entry_point,
+                        cfg=cfg or SandboxCfg(timeout=timeout))
     return _parts(format=1., execution=res.frac)
 
 # %% ../nbs/10_rewards.ipynb #38cce969
@@ -225,7 +284,9 @@ def sudoku_reward(completion:str, # model output (the grid is the digits inside 
     puzzle, solution = _grid(puzzle, 'puzzle', True), _grid(solution, 'solution', False)
     blanks = [i for i, p in enumerate(puzzle) if p == '0']
     if not blanks: raise ValueError(f"sudoku: `puzzle` has no blank cell: {puzzle!r}")
-    ans = answer_tag(_text(completion))
+    text = _text(completion)
+    if len(text) > MAX_CHARS['sudoku']: return _zeros('sudoku')
+    ans = answer_tag(text)
     grid = (''.join(c for c in ans if c in '0123456789') + '0' * 16)[:16] if ans else '0' * 16
     cells = sum(grid[i] == solution[i] for i in blanks) / len(blanks)
     return dict(total=float(cells), cells=float(cells), solved=float(sudoku_solved(grid, puzzle)))
@@ -261,7 +322,9 @@ def countdown_reward(completion:str, # model output (the expression is inside it
                     )->dict:         # total (1.0 / 0.1 / 0) and parts format, correct
     "Countdown reward: 1.0 for a correct expression using each number once, 0.1 for a well-formed wrong one, else 0"
     nums, tgt = _ints(numbers, 'numbers'), _ints([target], 'target')[0]
-    ans = answer_tag(_text(completion))
+    text = _text(completion)
+    if len(text) > MAX_CHARS['countdown']: return _zeros('countdown')
+    ans = answer_tag(text)
     r = eval_arith(ans) if ans is not None else None
     if r is None: return _parts(format=0., correct=0.)
     v, used = r
@@ -278,6 +341,7 @@ def _ints(xs, name:str)->list:
 
 # %% ../nbs/10_rewards.ipynb #fbdf901b
 REWARDS = dict(gsm8k=gsm8k_reward, math=math_reward, code=code_reward, sudoku=sudoku_reward, countdown=countdown_reward)
+_log = logging.getLogger(__name__)
 
 def get_reward(task:str):
     "The reward function of `task` (a key of `REWARDS`)"
@@ -288,10 +352,9 @@ def score_batch(reward,        # task name or reward function
                 completions,   # list of completion strings (or TRL message lists)
                 workers:int=1, # samples scored at once (threads)
                 **columns      # gold columns, one list per reward parameter (extra columns ignored)
-               )->list:        # reward dict per completion
-    "Score a batch of completions with a per-sample reward; columns are matched to its parameters by name"
+               )->list:        # reward dict per completion (a failed sample: zeros and a `reason`)
+    "Score a batch of completions with a per-sample reward; a sample whose scoring fails scores 0 and the batch goes on"
     fn = get_reward(reward) if isinstance(reward, str) else reward
-    if fn is math_reward and workers > 1: raise ValueError("math_reward: use workers=1 (math-verify needs the main thread)")
     ps = list(inspect.signature(fn).parameters.values())[1:]
     use = [p.name for p in ps if p.name in columns]
     missing = [p.name for p in ps if p.default is inspect.Parameter.empty and p.name not in columns]
@@ -299,14 +362,26 @@ def score_batch(reward,        # task name or reward function
     n = len(completions)
     for k in use:
         if len(columns[k]) != n: raise ValueError(f"{fn.__name__}: column {k!r} has {len(columns[k])} rows, completions {n}")
-    one = lambda i: fn(completions[i], **{k: columns[k][i] for k in use})
+    task = next((t for t, f in REWARDS.items() if f is fn), None)
+    def fail(i, why):
+        _log.warning("%s: sample %d scores 0: %s", getattr(fn, '__name__', 'reward'), i, why)
+        return dict(_zeros(task) if task else dict(total=0.), reason=why)
+    def one(i):
+        try:
+            if task and len(_text(completions[i])) > MAX_CHARS[task]:
+                return fail(i, f"completion longer than {MAX_CHARS[task]} characters")
+            return fn(completions[i], **{k: columns[k][i] for k in use})
+        except Exception as e:
+            try: msg = str(e)[:200]
+            except Exception: msg = ''
+            return fail(i, f"{type(e).__name__}: {msg}")
     if workers <= 1 or n <= 1: return [one(i) for i in range(n)]
     with ThreadPoolExecutor(min(workers, n)) as ex: return list(ex.map(one, range(n)))
 
 def batch_reward(reward, part:str='total', workers:int=1):
     "A TRL-style reward function `(completions, **columns) -> list[float]` giving `part` of `reward`"
     fn = get_reward(reward) if isinstance(reward, str) else reward
-    def f(completions, **columns): return [r[part] for r in score_batch(fn, completions, workers=workers, **columns)]
+    def f(completions, **columns): return [r.get(part, 0.) for r in score_batch(fn, completions, workers=workers, **columns)]
     f.__name__ = f.__qualname__ = f"{fn.__name__}_{part}"
     return f
 

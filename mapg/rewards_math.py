@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_rewards_math.ipynb #5b93a195
 from __future__ import annotations
-import re, threading
+import importlib.util, inspect, logging, marshal, os, re, select, subprocess, sys, threading, time
 from fractions import Fraction
 from functools import cache
 
@@ -77,29 +77,77 @@ def math_number(s:str)->Fraction|None:
     except (ValueError, ZeroDivisionError): return None
 
 # %% ../nbs/09_rewards_math.ipynb #beda6765
+_log = logging.getLogger(__name__)
+
 @cache
-def _mv():
-    "The `math_verify` module, or None when it is not installed"
-    try:
-        import math_verify
-        return math_verify
-    except Exception: return None
+def _mv()->bool:
+    "Whether `math_verify` is installed (found, not imported: the helper process imports it)"
+    try: return importlib.util.find_spec('math_verify') is not None
+    except (ImportError, ValueError): return False
 
 def have_math_verify()->bool:
     "Whether the optional `math-verify` package can be used"
-    return _mv() is not None
+    return _mv()
+
+def _mv_serve():
+    "Helper side: answer `(pred, gold, timeout)` requests on stdin with one byte each (`1` equal, `0` not), logs silenced"
+    import logging, marshal, os, sys
+    logging.disable(logging.CRITICAL)
+    import math_verify as mv
+    os.write(1, b'R')
+    while True:
+        n = sys.stdin.buffer.read(4)
+        if len(n) < 4: os._exit(0)
+        pred, gold, t = marshal.loads(sys.stdin.buffer.read(int.from_bytes(n, 'big')))
+        try:
+            g = mv.parse('\\boxed{' + gold + '}', parsing_timeout=t)
+            p = mv.parse('\\boxed{' + pred + '}', parsing_timeout=t)
+            ok = bool(g and p and mv.verify(g, p, timeout_seconds=t))
+        except BaseException: ok = False
+        os.write(1, b'1' if ok else b'0')
+
+class _MathWorker:
+    "One helper process per trainer process running `math-verify`: any thread may ask; a call past its time kills it"
+    def __init__(self):
+        self.p, self.pid, self.lock, self.dead = None, None, threading.Lock(), False
+        if hasattr(os, 'register_at_fork'): os.register_at_fork(after_in_child=self._forked)
+    def _forked(self): self.p, self.lock = None, threading.Lock()   # a forked process starts its own helper
+    def _start(self):
+        src = inspect.getsource(_mv_serve) + '\n_mv_serve()\n'
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self.p = subprocess.Popen([sys.executable, '-c', src], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.pid = os.getpid()
+        if not self._read(60.): self._stop(); self.dead = True   # math-verify would not even import: use the fallback
+    def _read(self, wait:float)->bytes:
+        r = select.select([self.p.stdout], [], [], wait)[0]
+        return os.read(self.p.stdout.fileno(), 1) if r else b''
+    def _stop(self):
+        try: self.p.kill(); self.p.wait()
+        except Exception: pass
+        self.p = None
+    def equal(self, pred:str, gold:str, timeout:float)->bool:
+        with self.lock:
+            if self.dead: return False
+            if self.p is None or self.pid != os.getpid() or self.p.poll() is not None: self._start()
+            if self.p is None: return False
+            msg = marshal.dumps((pred, gold, timeout))
+            try: self.p.stdin.write(len(msg).to_bytes(4, 'big') + msg); self.p.stdin.flush()
+            except OSError: self._stop(); return False
+            t0 = time.monotonic()
+            a = self._read(3 * timeout + 2)   # two parses and a comparison, each bounded by `timeout` in the helper
+            if a not in (b'0', b'1'):
+                self._stop()
+                _log.warning("math-verify gave no answer within %.1f s (answers of %d and %d characters): counted as "
+                             "not equal; helper restarted", time.monotonic() - t0, len(pred), len(gold))
+                return False
+            return a == b'1'
+
+_WORKER = _MathWorker()
 
 def _mv_equal(pred:str, gold:str, timeout:int)->bool:
-    "Symbolic equality by `math-verify` (main thread only: it times out with SIGALRM)"
-    mv = _mv()
-    if mv is None or threading.current_thread() is not threading.main_thread(): return False
-    try:
-        g = mv.parse('\\boxed{' + gold + '}', parsing_timeout=timeout)
-        p = mv.parse('\\boxed{' + pred + '}', parsing_timeout=timeout)
-        return bool(g and p and mv.verify(g, p, timeout_seconds=timeout))
-    except BaseException as e:
-        if isinstance(e, (KeyboardInterrupt, SystemExit)): raise
-        return False
+    "Symbolic equality by `math-verify`, in the helper process: the same answer from any thread, bounded wall-clock time"
+    return _mv() and _WORKER.equal(pred, gold, timeout)
 
 # %% ../nbs/09_rewards_math.ipynb #74efc954
 def math_equal(pred:str|None,       # the model's answer (content of its last `\boxed{}`), None if it gave none

@@ -41,8 +41,12 @@ class SandboxCfg:
 # %% ../nbs/08_sandbox.ipynb #c0dec001
 def _sbx_codec():
     "Both ends of the value protocol: `enc(value, ref, cap) -> str` and `dec(text, ref) -> value`, exact built-in types only"
-    import os
+    import os, sys
     SEQ = {list: 'l', tuple: 't', set: 'S', frozenset: 'R'}
+    def std(t):   # 'd' / 'l' for the standard library's Counter, OrderedDict, defaultdict / deque (loaded if returned)
+        c = sys.modules.get('collections')
+        if c is None: return None
+        return 'd' if t in (c.Counter, c.OrderedDict, c.defaultdict) else 'l' if t is c.deque else None
     MAKE = {'l': list, 't': tuple, 'S': set, 'R': frozenset}
     def enc(v, ref, cap):
         out, n = [], [0]
@@ -72,6 +76,8 @@ def _sbx_codec():
             elif t is dict:
                 put(f'd{len(v)};')
                 for k, x in v.items(): go(k, depth + 1); go(x, depth + 1)
+            elif k := std(t):   # the standard library's own containers cross as plain ones, read through the base type
+                go(dict(dict.items(v)) if k == 'd' else list(v), depth)
             else: put(f'h{ref(v)};')    # raises TypeError where the value may not cross
         go(v, 0)
         return ''.join(out)
@@ -143,7 +149,7 @@ def _sbx_unshare(job, libc, iso):
     if iso['netns']:
         with open('/proc/self/net/dev') as fh: iso['netns'] = len(fh.readlines()) <= 3   # header + `lo` only
 
-# %% ../nbs/08_sandbox.ipynb #015e12ff
+# %% ../nbs/08_sandbox.ipynb #324b4dea
 def _sbx_root(job, libc, iso):
     "Child side, privileged: chroot into a tmpfs holding only the interpreter's libraries (read-only) and a private work tmpfs"
     import os, sys
@@ -197,7 +203,7 @@ def _sbx_root(job, libc, iso):
     os.chroot(nr); os.chdir(work)
     iso.update(minimal_root=True, work_tmpfs=True, readonly_fs=True)
 
-# %% ../nbs/08_sandbox.ipynb #db78f6ec
+# %% ../nbs/08_sandbox.ipynb #9ba771c6
 def _sbx_fs(job, libc, iso):
     "Child side, fallback without a minimal root: the work dir bound writable, every other mount remounted read-only"
     import os
@@ -259,7 +265,7 @@ def _sbx_isolate(job):
                               'other users can read (`SandboxCfg.python`) or allow mount namespaces')
     return iso
 
-# %% ../nbs/08_sandbox.ipynb #81ecb95a
+# %% ../nbs/08_sandbox.ipynb #42489497
 def _sbx_outer(job):
     "Child side: fork PID 1 of the new PID namespace; this (outer) process waits for it, or kills it when the caller lets go"
     import os, select, signal
@@ -278,7 +284,9 @@ def _sbx_outer(job):
     code = os.waitstatus_to_exitcode(st)
     sig = -code if code < 0 else code - 128 if code > 128 else 0
     if sig:   # PID 1 passes on the worker's death by a signal (or was killed itself): die the same way
-        try: signal.signal(sig, signal.SIG_DFL); os.kill(os.getpid(), sig)
+        try:
+            if sig != signal.SIGKILL: signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
         except (OSError, ValueError): pass
     os._exit(code & 255)
 
@@ -350,7 +358,7 @@ def _sbx_main():
     _write(fd, f'{tok} E\n'.encode())
     os._exit(0)
 
-# %% ../nbs/08_sandbox.ipynb #01190b9e
+# %% ../nbs/08_sandbox.ipynb #a44ad7b5
 def _sbx_serve(job, ns, ok, enc, dec, send_msg):
     "Child side of the judge protocol: announce the program's names, then answer calls with plain data until the judge hangs up"
     import os, sys, signal
@@ -361,6 +369,7 @@ def _sbx_serve(job, ns, ok, enc, dec, send_msg):
             if len(handles) >= 100_000: raise ValueError('too many objects held for the judge')
             k = ids[id(v)] = len(handles) + 1; handles[k] = v
         return k
+    def inner(v): raise TypeError(f'a {type(v).__name__} inside a result cannot cross')
     def reply(msg):
         try: text = enc(msg, ref, cap)
         except BaseException as e: text = enc((msg[0], 'E', 'ValueError', f'the result cannot cross: {type(e).__name__}'[:200]), ref, cap)
@@ -396,13 +405,15 @@ def _sbx_serve(job, ns, ok, enc, dec, send_msg):
             finally:
                 if timeout: signal.setitimer(signal.ITIMER_REAL, 0)
             if op == 'call' and r is None and enc((a, k), ref, cap) != before: reply((seq, 'W', a, k))  # arguments changed in place
-            else: reply((seq, 'R', r))
+            else:
+                enc(r, lambda v: 0 if v is r else inner(v), cap)   # a result is all plain data, or itself a handle
+                reply((seq, 'R', r))
         except BaseException as e:
             try: m = str(e)[:200]
             except BaseException: m = ''
             reply((seq, 'E', type(e).__name__[:100], m))
 
-# %% ../nbs/08_sandbox.ipynb #7268321e
+# %% ../nbs/08_sandbox.ipynb #1807687d
 _PURE = ('math', 'cmath', 're', 'string', 'itertools', 'functools', 'operator', 'collections', 'heapq', 'bisect',
          'statistics', 'fractions', 'decimal', 'typing', 'random', 'datetime', 'copy', 'json', 'array', 'textwrap',
          'unicodedata', 'numbers', 'enum', 'dataclasses', 'calendar', 'hashlib', 'struct', 'string')
@@ -499,10 +510,15 @@ def _jdg_main():
         trusted = set(base)
         def own(name):   # a name the tests may take from the program: not the dataset's, no built-in (but the entry point)
             return type(name) is str and name not in trusted and (name == entry or not hasattr(builtins, name))
+        for name in list(mods) + list(values) + list(objs):   # a standard module's name is always that module
+            if own(name) and name in _PURE and name != entry:
+                try: base[name] = importlib.import_module(name); trusted.add(name)
+                except Exception: pass
         for name, mn in mods.items():      # modules: the judge's own copy of a pure standard module
             if own(name) and type(mn) is str and mn.split('.')[0] in _PURE:
                 try: base[name] = importlib.import_module(mn)
                 except Exception: pass
+        if entry: own = (lambda o: lambda name: name == entry or (name in mods and o(name)))(own)   # only the function under test
         for name, v in values.items():
             if own(name): base[name] = v
         for name, r in objs.items():
@@ -520,6 +536,8 @@ def _jdg_main():
         sol.__all__ = [k for k in base if k not in trusted]
         for name, r in objs.items():       # `from solution import x` may still name anything the program defined
             if type(name) is str and type(r) is int and not hasattr(sol, name): setattr(sol, name, Remote(r))
+        for name, v in values.items():
+            if type(name) is str and not hasattr(sol, name): setattr(sol, name, v)
         sys.modules['solution'] = sol
     report(f'S {int(ok)}')
     def on_alarm(*a): raise CaseTimeout(f"test case exceeded {job['case_timeout']} s")
