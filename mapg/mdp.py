@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from typing import Callable
 import torch
 from torch import Tensor
+from fastcore.script import call_parse
+
 
 # %% auto #0
-__all__ = ['SCORES', 'TinyMDP', 'masked', 'remask', 'Step', 'Trajectory', 'trajectories', 'state_scores', 'traj_log_probs',
+__all__ = ['MDP_SCORES', 'TinyMDP', 'masked', 'remask', 'Step', 'Trajectory', 'trajectories', 'state_scores', 'traj_log_probs',
            'linear_policy', 'onehot_state_feats', 'exact_pg', 'counterexample_mdp', 'counterexample_policy',
            'counterexample_grads', 'sample_trajectories', 'mc_pg', 'mapg_counterexample']
 
@@ -33,10 +35,12 @@ class TinyMDP:
     @property
     def start(self): return (None,) * self.n
 
+# %% ../nbs/01_mdp.ipynb #7f586b16
 def masked(z:tuple)->list:
     "Masked positions of state `z`"
     return [i for i, t in enumerate(z) if t is None]
 
+# %% ../nbs/01_mdp.ipynb #5da73f35
 def remask(z:tuple, proposal:dict, picks:tuple)->tuple:
     "f_remask: keep the proposals at `picks`, every other masked position of `z` stays [MASK]"
     return tuple(proposal[i] if i in picks else t for i, t in enumerate(z))
@@ -45,16 +49,18 @@ def remask(z:tuple, proposal:dict, picks:tuple)->tuple:
 @dataclass(frozen=True)
 class Step:
     "One denoising step: state z^{t-1}, proposals (position -> token) and ordered picks U_t"
-    z:tuple
+    z:tuple          # state z^{t-1} the step starts from (None for [MASK])
     proposal:tuple   # ((position, token), ...) sorted by position
     picks:tuple      # ordered positions kept
 
+# %% ../nbs/01_mdp.ipynb #8cadbbba
 @dataclass(frozen=True)
 class Trajectory:
     "An extended trajectory: its steps and the final sequence x = z^T"
-    steps:tuple
-    x:tuple
+    steps:tuple   # the `Step`s, first step first
+    x:tuple       # final sequence z^T
 
+# %% ../nbs/01_mdp.ipynb #f5837c72
 def trajectories(mdp:TinyMDP, full_proposals:bool=False)->list:
     "Every trajectory of `mdp` (proposals for every masked position if `full_proposals`, else only for the picks)"
     out = []
@@ -70,10 +76,10 @@ def trajectories(mdp:TinyMDP, full_proposals:bool=False)->list:
     return out
 
 # %% ../nbs/01_mdp.ipynb #60e52ad9
-SCORES = ('max_logit', 'max_logprob', 'max_prob', 'token_logprob')
+MDP_SCORES = ('max_logit', 'max_logprob', 'max_prob', 'token_logprob')
 
 def state_scores(logits:Tensor, # [n, V] logits at one state
-                  score:str,     # one of `SCORES`
+                  score:str,     # one of `MDP_SCORES`
                   proposal:dict|None=None # position -> proposed token (for `token_logprob`)
                  )->Tensor:      # [n] scores (positions without a proposal get nan under `token_logprob`)
     "Unmasking scores v_j of every position at one state"
@@ -84,8 +90,9 @@ def state_scores(logits:Tensor, # [n, V] logits at one state
     if score == 'token_logprob':
         if proposal is None: raise ValueError("score='token_logprob' needs the proposals")
         return torch.stack([lp[i, proposal[i]] if i in proposal else lp.new_tensor(math.nan) for i in range(len(lp))])
-    raise ValueError(f"unknown score {score!r}: expected one of {SCORES}")
+    raise ValueError(f"unknown score {score!r}: expected one of {MDP_SCORES}")
 
+# %% ../nbs/01_mdp.ipynb #89060e1a
 def traj_log_probs(traj:Trajectory, policy:Callable, score:str='max_prob', tau:float=1.0, tok_tau:float=1.0
                   )->tuple:  # (token factor, unmasking factor): scalar tensors, differentiable through `policy`
     "Exact log-probability of `traj` under `policy`, split into its token and unmasking factors"
@@ -108,6 +115,7 @@ def linear_policy(theta:Tensor, # [n, V, d] weights
     "A linear policy: logits_{i,v} = theta[i, v] . feats(z)"
     return lambda z: theta @ feats(z)
 
+# %% ../nbs/01_mdp.ipynb #719bd5b9
 def onehot_state_feats(V:int)->Callable:
     "Features of a state: one-hot of every position's content (V tokens + [MASK]) and a bias"
     def f(z): return torch.cat([torch.nn.functional.one_hot(torch.tensor(V if t is None else t), V + 1) for t in z] + [torch.ones(1)]).double()
@@ -136,6 +144,7 @@ def counterexample_mdp()->TinyMDP:
     "The appendix's problem: n=2, V=2 (a=0, b=1), one position per step, R = 1{x_1 = a}"
     return TinyMDP(n=2, V=2, ks=(1, 1), reward=lambda x: float(x[0] == 0))
 
+# %% ../nbs/01_mdp.ipynb #314c1129
 def counterexample_policy(theta:Tensor)->Callable:
     "The appendix's linear sigmoid policy: logits (s, 0) with s = theta . phi(z, k) and one-hot features"
     def policy(z):
@@ -145,6 +154,7 @@ def counterexample_policy(theta:Tensor)->Callable:
         return torch.stack([s, torch.zeros_like(s)], -1)     # [n, V]: p(a) = sigmoid(s)
     return policy
 
+# %% ../nbs/01_mdp.ipynb #a9a03125
 def counterexample_grads(theta:Tensor, # [3] parameters (theta_1, theta_2, theta_3)
                          tau:float=1.0 # position temperature
                         )->dict:       # J, grad, grad_token, grad_position (exact, by enumeration)
@@ -191,6 +201,7 @@ def sample_trajectories(mdp:TinyMDP, policy:Callable, n_samples:int, score:str='
         out.append(Trajectory(tuple(steps), z))
     return out
 
+# %% ../nbs/01_mdp.ipynb #4a42e80e
 def mc_pg(mdp:TinyMDP, make_policy:Callable, theta:Tensor, n_samples:int, score:str='max_prob', tau:float=1.0,
           tok_tau:float=1.0, generator:torch.Generator|None=None)->dict:
     "REINFORCE estimates of grad, grad_token, grad_position (means of R grad log pi) and their standard errors"
@@ -208,8 +219,6 @@ def mc_pg(mdp:TinyMDP, make_policy:Callable, theta:Tensor, n_samples:int, score:
     return res
 
 # %% ../nbs/01_mdp.ipynb #b80e4eec
-from fastcore.script import call_parse
-
 @call_parse
 def mapg_counterexample(theta1:float=1.5,  # theta_1 (position 1 at the empty canvas)
                         theta3:float=-1.,  # theta_3 (position 1 once position 2 is filled)

@@ -30,6 +30,13 @@ def group_advantages(rewards:Tensor,   # [B] rewards, groups of `group_size` sto
     else: a = (r - mean) / ((r.std(1, keepdim=True) if group_size > 1 else torch.zeros_like(mean)) + 1e-4)
     return a.view(-1)
 
+# %% ../nbs/07_objectives.ipynb #38324c25
+def _check_inputs(logp_token, old_token, logp_pos, old_pos, counted, adv):
+    B, L = chk_shape(logp_token, 'B L', 'logp_token').values()
+    for name, x in (('old_token', old_token), ('logp_pos', logp_pos), ('old_pos', old_pos), ('counted', counted)):
+        if x is not None: chk_shape(x, 'B L', name, B=B, L=L)
+    chk_shape(adv, 'B', 'adv', B=B)
+
 # %% ../nbs/07_objectives.ipynb #d2a4427a
 def _clipped_surrogate(ratio, adv, eps_low, eps_high):
     "PPO's pessimistic surrogate -min(r A, clip(r) A) and where clipping is active"
@@ -37,12 +44,6 @@ def _clipped_surrogate(ratio, adv, eps_low, eps_high):
     loss = -torch.minimum(ratio * adv, clipped * adv)
     active = ((adv > 0) & (ratio > 1 + eps_high)) | ((adv < 0) & (ratio < 1 - eps_low))
     return loss, active
-
-def _check_inputs(logp_token, old_token, logp_pos, old_pos, counted, adv):
-    B, L = chk_shape(logp_token, 'B L', 'logp_token').values()
-    for name, x in (('old_token', old_token), ('logp_pos', logp_pos), ('old_pos', old_pos), ('counted', counted)):
-        if x is not None: chk_shape(x, 'B L', name, B=B, L=L)
-    chk_shape(adv, 'B', 'adv', B=B)
 
 def gspo_loss(logp_token:Tensor,  # [B, L] token log-probs under the current policy (with grad)
               old_token:Tensor,   # [B, L] behaviour token log-probs
@@ -54,7 +55,7 @@ def gspo_loss(logp_token:Tensor,  # [B, L] token log-probs under the current pol
               eps_high:float=4e-4,# ratio clipped above at 1 + eps_high
               pos_weight:float=1.0 # weight of the position term (0: token-only baseline)
              )->tuple:            # (scalar loss, dict of float metrics)
-    "GSPO with separately clipped sequence-level token and position ratios (DESIGN.md §6)"
+    "GSPO with separately clipped sequence-level token and position ratios (the paper's §4 and Appendix A)"
     _check_inputs(logp_token, old_token, logp_pos, old_pos, counted, adv)
     adv = upcast(adv)
     s_tok = torch.exp(masked_mean(upcast(logp_token) - upcast(old_token), counted, dim=1))      # [B]

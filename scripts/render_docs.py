@@ -189,7 +189,7 @@ def _fix_md(md, pages):
         url = m.group(2)
         if url.startswith(SITE_URL): url = url[len(SITE_URL):]
         path, _, frag = url.partition('#')
-        if path.endswith('.ipynb') and Path(path).name in pages: path = pages[Path(path).name]
+        if path in pages: path = pages[path]        # a notebook next to this one (all pages sit in one folder)
         return m.group(1) + path + ('#' + frag if frag else '') + ')'
     return re.sub(r'(\]\()([^)\s]+)(?=\))\)', link, md)
 
