@@ -113,7 +113,7 @@ class _MathWorker:
         if hasattr(os, 'register_at_fork'): os.register_at_fork(after_in_child=self._forked)
     def _forked(self): self.p, self.lock = None, threading.Lock()   # a forked process starts its own helper
     def _start(self):
-        src = inspect.getsource(_mv_serve) + '\n_mv_serve()\n'
+        src = f'{inspect.getsource(_mv_serve)}\n{_mv_serve.__name__}()\n'
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self.p = subprocess.Popen([sys.executable, '-c', src], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, env=env, start_new_session=True)
