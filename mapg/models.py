@@ -320,6 +320,10 @@ def _derives_positions(model)->bool:
     "True if the model computes position ids from pad tokens itself (RoBERTa-style position embeddings with a padding_idx)"
     return any(isinstance(m, nn.Embedding) and 'position' in n and m.padding_idx is not None for n, m in model.named_modules())
 
+def _abs_positions(model)->bool:
+    "True if the model adds a learned absolute position embedding (a module with 'position' in its name)"
+    return any(isinstance(m, nn.Embedding) and 'position' in n for n, m in model.named_modules())
+
 def _make_bidirectional(model):
     "Switch every attention module that has an `is_causal` flag to bidirectional attention"
     for m in model.modules():
@@ -346,6 +350,8 @@ class MDLM:
         self.takes_attn = 'attention_mask' in params
         self.takes_pos = ('position_ids' in params and not _derives_positions(base)) if position_ids is None else position_ids
         self._position_ids, self.pads_ok = position_ids, pads_ok
+        self._roll = (position_ids is None and self.takes_attn and not self.takes_pos and not self.family.bidirectional
+                      and _abs_positions(base) and not _derives_positions(base))
         if self.family.bidirectional: _make_bidirectional(base)
         impl = getattr(getattr(base, 'config', None), '_attn_implementation', None)
         self._full_mask = self.family.bidirectional and not self.family.remote and impl != 'flash_attention_2'
@@ -384,6 +390,12 @@ class MDLM:
 
     def _pad_kwargs(self, attn:Tensor)->dict:
         "The padding arguments for a bool `attn [B, S]` that has padding"
+        if self._roll:   # absolute positions but no position ids: run each row right-padded, real tokens from position 0
+            S = attn.shape[1]
+            ar = torch.arange(S, device=attn.device)
+            p = (~attn).sum(1, keepdim=True)
+            idx, inv = (ar + p) % S, (ar - p) % S
+            return dict(attention_mask=attn.gather(1, idx).long(), _roll=(idx, inv))
         if self.family.bidirectional:
             B, S = attn.shape
             kw = dict(attention_mask=attn[:, None, None, :].expand(B, 1, S, S))
@@ -394,11 +406,14 @@ class MDLM:
 
     def forward(self, ids:Tensor, **kw)->Tensor:
         "Aligned logits `[B, S, V]` of `ids [B, S]`, with the padding arguments `kw` from `forward_kwargs`"
+        roll = kw.get('_roll')
+        if roll is not None: kw, ids = {k: v for k, v in kw.items() if k != '_roll'}, ids.gather(1, roll[0])
         if self._full_mask and 'attention_mask' not in kw:   # keep `transformers` from building a causal mask
             B, S = ids.shape
             kw = dict(kw, attention_mask=torch.ones(1, 1, 1, 1, dtype=torch.bool, device=ids.device).expand(B, 1, S, S))
         out = self.model(input_ids=ids, **kw)
         lg = out if isinstance(out, Tensor) else out.logits
+        if roll is not None: lg = lg.gather(1, roll[1][..., None].expand(-1, -1, lg.shape[-1]))
         if self.family.shift: lg = torch.cat([lg[:, :1], lg[:, :-1]], 1)
         if self.suppress_mask:
             if lg.requires_grad: lg = lg.index_fill(-1, torch.tensor([self.mask_id], device=lg.device), -math.inf)
