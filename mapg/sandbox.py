@@ -149,7 +149,7 @@ def _sbx_unshare(job, libc, iso):
     if iso['netns']:
         with open('/proc/self/net/dev') as fh: iso['netns'] = len(fh.readlines()) <= 3   # header + `lo` only
 
-# %% ../nbs/08_sandbox.ipynb #324b4dea
+# %% ../nbs/08_sandbox.ipynb #ac147ded
 def _sbx_root(job, libc, iso):
     "Child side, privileged: chroot into a tmpfs holding only the interpreter's libraries (read-only) and a private work tmpfs"
     import os, sys
@@ -203,7 +203,7 @@ def _sbx_root(job, libc, iso):
     os.chroot(nr); os.chdir(work)
     iso.update(minimal_root=True, work_tmpfs=True, readonly_fs=True)
 
-# %% ../nbs/08_sandbox.ipynb #9ba771c6
+# %% ../nbs/08_sandbox.ipynb #5fb2eee6
 def _sbx_fs(job, libc, iso):
     "Child side, fallback without a minimal root: the work dir bound writable, every other mount remounted read-only"
     import os
@@ -265,7 +265,7 @@ def _sbx_isolate(job):
                               'other users can read (`SandboxCfg.python`) or allow mount namespaces')
     return iso
 
-# %% ../nbs/08_sandbox.ipynb #42489497
+# %% ../nbs/08_sandbox.ipynb #e9cc5c11
 def _sbx_outer(job):
     "Child side: fork PID 1 of the new PID namespace; this (outer) process waits for it, or kills it when the caller lets go"
     import os, select, signal
@@ -358,7 +358,7 @@ def _sbx_main():
     _write(fd, f'{tok} E\n'.encode())
     os._exit(0)
 
-# %% ../nbs/08_sandbox.ipynb #a44ad7b5
+# %% ../nbs/08_sandbox.ipynb #5f57b884
 def _sbx_serve(job, ns, ok, enc, dec, send_msg):
     "Child side of the judge protocol: announce the program's names, then answer calls with plain data until the judge hangs up"
     import os, sys, signal
@@ -413,7 +413,7 @@ def _sbx_serve(job, ns, ok, enc, dec, send_msg):
             except BaseException: m = ''
             reply((seq, 'E', type(e).__name__[:100], m))
 
-# %% ../nbs/08_sandbox.ipynb #1807687d
+# %% ../nbs/08_sandbox.ipynb #1da73c85
 _PURE = ('math', 'cmath', 're', 'string', 'itertools', 'functools', 'operator', 'collections', 'heapq', 'bisect',
          'statistics', 'fractions', 'decimal', 'typing', 'random', 'datetime', 'copy', 'json', 'array', 'textwrap',
          'unicodedata', 'numbers', 'enum', 'dataclasses', 'calendar', 'hashlib', 'struct', 'string')

@@ -1,9 +1,11 @@
-"""Code-reward throughput: the 164 HumanEval canonical solutions scored through the sandbox, serial vs parallel,
-and the sandbox's per-program overhead over a bare interpreter. Usage: `python scripts/bench_sandbox.py [--workers N]`."""
+"""Code-reward throughput: the 164 HumanEval canonical solutions scored through the sandbox and its judge, serial vs
+parallel, and the per-program overhead over a bare interpreter: the sandbox alone (`run_program`) and the sandbox with
+the judge (`judge_program`, what the code reward uses). Usage: `python scripts/bench_sandbox.py [--workers N]`."""
 import argparse, gzip, json, os, statistics, subprocess, sys, time
 from pathlib import Path
 from mapg.data import load_data, columns, data_dir
 from mapg.rewards import score_batch
+from mapg import sandbox
 from mapg.sandbox import run_program
 
 def timed(f):
@@ -35,10 +37,15 @@ def main():
     # per-program overhead: a sandboxed trivial program vs the same interpreter started bare (no isolation)
     bare = [timed(lambda: subprocess.run([sys.executable, '-I', '-S', '-c', 'x = 1'], check=True))[0] for _ in range(a.n)]
     box = [run_program('x = 1', ['assert x == 1']).wall for _ in range(a.n)]
+    judge = getattr(sandbox, 'judge_program', None)     # absent before the judge existed
+    jdg = [judge('def f(): return 1', ['assert f() == 1']).wall for _ in range(a.n)] if judge else []
     iso = run_program('pass').isolation
     mb, mx = statistics.median(bare), statistics.median(box)
     print(f"Per-program cost (median of {a.n}): bare `python -I -S` {1000 * mb:.1f} ms, sandboxed {1000 * mx:.1f} ms, "
           f"sandbox overhead {1000 * (mx - mb):.1f} ms")
+    if jdg: print(f"  judged (sandbox + judge process): {1000 * statistics.median(jdg):.1f} ms, "
+                  f"overhead {1000 * (statistics.median(jdg) - mb):.1f} ms")
     print(f"  isolation applied: {iso}")
+    print(f"  load average at the end: {os.getloadavg()[0]:.2f} (shared machine: compare runs taken together)")
 
 if __name__ == '__main__': main()
