@@ -178,7 +178,9 @@ def _prepare(nb, pages):
                 if md is not None: o['data']['text/markdown'] = _fix_md(md, pages)
         elif c.cell_type == 'markdown': c.source = _fix_md(c.source, pages)
         cells.append(c)
-    head = f"# {fm.get('title', '')}" + (f"\n\n<p class=\"description\">{fm['description']}</p>" if fm.get('description') else '')
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+    desc = fm.get('description')
+    head = f"# {fm.get('title', '')}" + (f'\n\n<div class="description">{markdown2html_mistune(desc)}</div>' if desc else '')
     nb.cells = ([nbformat.v4.new_markdown_cell(head)] if fm.get('title') else []) + cells
     return fm
 

