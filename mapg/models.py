@@ -19,7 +19,7 @@ from .core import Tok, toy_config, toy_model, toy_tokenizer, save_toy, seeded
 __all__ = ['QWEN2_LORA', 'FAMILIES', 'TRANSFORMERS_RANGE', 'STANDIN_CODE', 'Family', 'lora_target_names', 'lora_regex',
            'check_transformers', 'check_rotary', 'TinyLLaDAConfig', 'TinyLLaDA', 'TinyDreamConfig', 'TinyDream',
            'tiny_llada', 'tiny_dream', 'MDLM', 'add_lora', 'checkpoint_blocks', 'kind_from_config', 'infer_kind',
-           'toy_sized', 'padding_honoured', 'load_model', 'save_standin', 'llada_shaped']
+           'padding_honoured', 'load_model', 'save_standin', 'llada_shaped']
 
 # %% ../nbs/03_models.ipynb #7569ca67
 @dataclass(frozen=True)
@@ -517,19 +517,6 @@ def infer_kind(name_or_path:str|Path|None,   # hub id or local directory
     cfg = _read_config(name_or_path, revision)
     return (kind_from_config(cfg) if cfg else None) or _infer_kind(name_or_path)
 
-def toy_sized(seed:int=0,             # seed of the construction
-              size:dict|None=None     # `hidden`, `layers`, `heads`, `max_len`, `vocab_size` (`toy_config`); `intermediate`
-             )->nn.Module:
-    "A fresh toy model of the given size; `intermediate` (the MLP width) defaults to `toy_config`'s"
-    size = dict(size or {})
-    inter = size.pop('intermediate', None)
-    if inter is None: return toy_model(seed, **size)
-    if 'intermediate' in inspect.signature(toy_config).parameters: return toy_model(seed, intermediate=inter, **size)
-    from transformers import BertForMaskedLM
-    cfg = toy_config(**size)
-    cfg.intermediate_size, cfg._attn_implementation = inter, 'sdpa'
-    return seeded(seed, lambda: BertForMaskedLM(cfg).eval())
-
 def _family_tok(tokenizer, fam:Family, mask_id:int|None)->Tok:
     "The special ids: the tokenizer's, with the family's mask and EOS ids"
     vocab = tokenizer.get_vocab()
@@ -564,7 +551,7 @@ def load_model(name_or_path:str|Path|None=None,  # hub id or local directory (to
                mask_id:int|None=None,             # override the family's / tokenizer's [MASK] id
                seed:int=0,                        # seed of a fresh toy model
                grad_ckpt:bool=False,              # activation checkpointing of every block (`MDLM.set_grad_ckpt`)
-               toy_size:dict|None=None,           # size of a fresh toy model: hidden, layers, heads, intermediate, ...
+               toy_size:dict|None=None,           # a fresh toy's size: `toy_config` arguments (hidden, layers, heads, intermediate)
                revision:str|None=None             # hub revision (branch, tag or commit) of the checkpoint and its code
               )->MDLM:
     "Load a masked diffusion LM (LLaDA, Dream, any masked LM, the toy) behind the `MDLM` adapter"
@@ -576,7 +563,7 @@ def load_model(name_or_path:str|Path|None=None,  # hub id or local directory (to
     dtype = dtype or (torch.float32 if kind == 'toy' else torch.bfloat16)
     if kind == 'toy' and name_or_path in (None, 'toy'):
         with tempfile.TemporaryDirectory() as d:   # through a saved checkpoint, so the toy loads like any other model
-            save_toy(d, seed, model=toy_sized(seed, toy_size))
+            save_toy(d, seed, model=toy_model(seed, **(toy_size or {})))
             return load_model(d, 'toy', dtype, load_in_4bit, lora, attn_implementation, device, mask_id, grad_ckpt=grad_ckpt)
     if name_or_path is None: raise ValueError(f"name_or_path is required for kind={kind!r}")
     if toy_size: raise ValueError("toy_size sizes a fresh toy model: pass name_or_path=None, kind='toy'")
