@@ -13,7 +13,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import MaskedLMOutput, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-from .core import Tok, toy_config, toy_model, toy_tokenizer, save_toy, seeded
+from .core import Tok, toy_model, toy_tokenizer, save_toy, seeded
 
 # %% auto #0
 __all__ = ['QWEN2_LORA', 'FAMILIES', 'TRANSFORMERS_RANGE', 'STANDIN_CODE', 'Family', 'lora_target_names', 'lora_regex',
