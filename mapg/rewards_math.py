@@ -153,7 +153,7 @@ def _mv_equal(pred:str, gold:str, timeout:int)->bool:
 def math_equal(pred:str|None,       # the model's answer (content of its last `\boxed{}`), None if it gave none
                gold:str,            # the reference answer
                timeout:int=3,       # seconds for each `math-verify` parse and comparison
-               use_math_verify:bool=True # also try the symbolic check (when installed, main thread only)
+               use_math_verify:bool=True # also try the symbolic check (when installed; it runs in a helper process)
               )->bool:
     "Whether `pred` is an equivalent answer to `gold` (normal form, exact numbers, then `math-verify`); never raises"
     if pred is None: return False

@@ -231,6 +231,11 @@ def _sbx_isolate(job):
     except OSError: libc = None
     root = os.geteuid() == 0
     iso = dict(netns=False, pidns=False, ipcns=False, mountns=False, minimal_root=False, work_tmpfs=False, readonly_fs=False)
+    if root:   # root of a user namespace that does not map the run's uid (a container): `nobody` instead
+        try:
+            with open('/proc/self/uid_map') as fh: ranges = [[int(x) for x in l.split()] for l in fh]
+            if not any(a <= job['uid'] < a + n for a, _, n in ranges): job['uid'] = 65534
+        except (OSError, ValueError): pass
     if job['namespaces'] and libc is not None and hasattr(libc, 'unshare'): _sbx_unshare(job, libc, iso)
     if iso['mountns']:
         try: _sbx_root(job, libc, iso)
