@@ -91,8 +91,25 @@ def process(nbs, force=False, workers=1, timeout=600):
         return src.name, r
     with ThreadPoolExecutor(workers) as ex:
         for name, r in ex.map(one, todo): report[name] = r
-    names = {p.name for p in notebooks()}
+    names = {p.name: p for p in notebooks()}
+    for k in report:
+        if k in names: report[k]['notes'] = card_notes(names[k])
     return {k: v for k, v in sorted(report.items()) if k in names}
+
+def _cards(cell_src):
+    "Names that get a `show_doc` card from one exported cell: public functions and classes, `@patch`ed methods"
+    import ast
+    try: tree = ast.parse(cell_src)
+    except SyntaxError: return []
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and (not n.name.startswith('_') or any(getattr(d, 'id', None) == 'patch' for d in n.decorator_list))]
+
+def card_notes(nb_path):
+    "Exported cells with several cards: nbdev shows them after the cell in reverse order"
+    cells = json.loads(Path(nb_path).read_text())['cells']
+    return [f'one cell, several cards (shown in reverse order): {names}' for c in cells
+            if c['cell_type'] == 'code' and re.match(r'\s*#\|\s*exports?\b', ''.join(c['source']))
+            and len(names := _cards(''.join(c['source']))) > 1]
 
 # ---------------------------------------------------------------- 2. HTML with nbconvert and MathJax 3
 
@@ -257,7 +274,8 @@ def field_table(cls):
         anno = f.type if isinstance(f.type, str) else getattr(f.type, '__name__', str(f.type))
         default = '' if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING else \
                   f'`{f.default!r}`' if f.default is not dataclasses.MISSING else f'`{f.default_factory.__name__}()`'
-        rows.append(f"| `{f.name}` | `{anno}` | {default} | {(d.get('docment') or '').replace('|', chr(92) + '|')} |")
+        esc = lambda t: str(t).replace('|', chr(92) + '|')
+        rows.append(f"| `{f.name}` | `{esc(anno)}` | {esc(default)} | {esc(d.get('docment') or '')} |")
     return '\n'.join(rows)
 
 def main(argv=None):
@@ -282,6 +300,8 @@ def main(argv=None):
     for n, r in bad.items():
         print(f'-- {n}:' + (f"\n   ERROR {r['error'][:600]}" if r['error'] else ''))
         for w in r['warnings']: print('   WARNING ' + w[:600].replace('\n', '\n   '))
+    for n, r in report.items():
+        for note in r.get('notes', []): print(f'   note {n}: {note}')
     print(f'{len(report) - len(bad)} of {len(report)} notebooks processed with no error and no warning ({time.time() - t0:.0f}s)')
     if a.check and bad: sys.exit(1)
 

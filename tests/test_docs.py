@@ -214,6 +214,10 @@ def test_page_in_browser(report, doms, nb):
     if n_imgs < n_figs: problems.append(f'{n_figs} figures in the notebook, {n_imgs} on the page')
     if root.get('data-broken-images', '0') != '0': problems.append(f"{root.get('data-broken-images')} broken image(s)")
     if (dead := _dead_links(soup, r['page'])): problems.append(f'dead internal links: {sorted(set(dead))}')
+    raw = [m for c in json.loads((rd.PROC/nb.name).read_text())['cells'] for o in c.get('outputs', [])
+           for blk in re.findall(r'```python(.*?)```', ''.join(o.get('data', {}).get('text/markdown', '')), re.S)
+           for m in re.findall(r'\[[^\]]*\]\([^)]*\)', blk)]
+    if raw: problems.append(f'raw markdown links in signatures: {raw[:5]}')
     assert not problems, f"{r['page']} ({nb.name}): " + '; '.join(problems)
 
 def test_screenshots_saved(doms):
