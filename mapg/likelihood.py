@@ -118,14 +118,16 @@ def sample_segments(r:Rollout,                # the rollout
                     n_segments:int,           # N
                     k:int,                    # K segments per sequence
                     generator:torch.Generator|None=None,
-                    eos_ids:tuple|None=None   # end-of-sequence ids deciding which decisions count (None: the rollout's own)
+                    eos_ids:tuple|None=None,  # end-of-sequence ids deciding which decisions count (None: the rollout's own)
+                    keys:Tensor|None=None     # [B, N] uniform keys to use instead of drawing them (a slice of a global draw)
                    )->Tensor:                 # [B, K] int64 segment indices, ascending, -1 = none
     "K segments per sequence, uniform without replacement among those holding a counted decision"
     if k < 1: raise ValueError(f"k must be >= 1, got {k}")
     bounds = torch.tensor(segment_bounds(r.T, n_segments), device=r.ids.device)
     seg_of = torch.searchsorted(bounds, r.unmask_step, right=False) - 1            # [B, L]
     has = torch.zeros(r.B, n_segments, dtype=torch.long, device=r.ids.device).scatter_add_(1, seg_of, counted_mask(r, eos_ids).long()) > 0
-    keys = torch.rand(r.B, n_segments, generator=generator, device=r.ids.device).masked_fill(~has, -1.)
+    if keys is None: keys = torch.rand(r.B, n_segments, generator=generator, device=r.ids.device)
+    keys = keys.to(r.ids.device).masked_fill(~has, -1.)
     top = keys.topk(min(k, n_segments), dim=1)
     pick = torch.where(top.values >= 0, top.indices, n_segments)
     out = pick.sort(1).values
