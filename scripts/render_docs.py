@@ -27,6 +27,7 @@ NBS, OUT = ROOT/'nbs', ROOT/'_docs_check'
 PROC, SITE, NPM = OUT/'proc', OUT/'site', OUT/'npm'
 REPORT = OUT/'report.json'
 SITE_URL = 'https://mapg.github.io/mapg/'       # doc_host + doc_baseurl in settings.ini
+PAPER_URL = 'https://github.com/Haran71/mask-aware-policy-gradients'   # where the paper itself points (its code)
 MATHJAX = NPM/'node_modules'/'mathjax'
 CHROMIUM_NAMES = ('chromium', 'chromium-browser', 'google-chrome', 'google-chrome-stable')
 # Flags that let Chromium run headless as root in a container, with no network chatter and a fresh profile.
@@ -105,11 +106,15 @@ def _cards(cell_src):
             and (not n.name.startswith('_') or any(getattr(d, 'id', None) == 'patch' for d in n.decorator_list))]
 
 def card_notes(nb_path):
-    "Exported cells with several cards: nbdev shows them after the cell in reverse order"
+    "What a reader would miss: cells whose several cards come out in reverse order, an opening without the paper's link"
     cells = json.loads(Path(nb_path).read_text())['cells']
-    return [f'one cell, several cards (shown in reverse order): {names}' for c in cells
-            if c['cell_type'] == 'code' and re.match(r'\s*#\|\s*exports?\b', ''.join(c['source']))
-            and len(names := _cards(''.join(c['source']))) > 1]
+    notes = [f'one cell, several cards (shown in reverse order): {names}' for c in cells
+             if c['cell_type'] == 'code' and re.match(r'\s*#\|\s*exports?\b', ''.join(c['source']))
+             and len(names := _cards(''.join(c['source']))) > 1]
+    prose = [''.join(c['source']) for c in cells if c['cell_type'] == 'markdown']
+    if len(prose) > 1 and PAPER_URL not in prose[0] + prose[1]:
+        notes.append("the opening paragraph does not link the paper (cite its section and equations with a link)")
+    return notes
 
 # ---------------------------------------------------------------- 2. HTML with nbconvert and MathJax 3
 
@@ -237,7 +242,7 @@ def ensure_mathjax():
     npm = shutil.which('npm')
     if not npm: return False
     NPM.mkdir(parents=True, exist_ok=True)
-    subprocess.run([npm, 'install', '--no-audit', '--no-fund', '--silent', '--prefix', str(NPM), 'mathjax@3'], check=True)
+    subprocess.run([npm, 'install', '--no-audit', '--no-fund', '--silent', '--prefix', str(NPM), 'mathjax@3'], check=False)
     return (MATHJAX/'es5'/'tex-chtml-full.js').exists()
 
 def find_chromium():
