@@ -178,10 +178,14 @@ def _sbx_root(job, libc, iso):
               libdir if std.startswith(libdir + os.sep) else std]
         done = []
         for p in ro:   # system libraries first: the interpreter's dir is skipped when one of them holds it
-            if not os.path.lexists(p) or any(os.path.realpath(p).startswith(q + '/') for q in done): continue
-            done.append(os.path.realpath(p))
+            if not os.path.lexists(p): continue
             if os.path.islink(p):   # e.g. /lib -> usr/lib
-                os.makedirs(os.path.dirname(nr + p), 0o755, exist_ok=True); os.symlink(os.readlink(p), nr + p); continue
+                if not os.path.lexists(nr + p):
+                    os.makedirs(os.path.dirname(nr + p), 0o755, exist_ok=True); os.symlink(os.readlink(p), nr + p)
+                continue
+            r = os.path.realpath(p)
+            if any(r == q or r.startswith(q + '/') for q in done): continue
+            done.append(r)
             if os.path.isdir(p): os.makedirs(nr + p, 0o755)
             else:
                 os.makedirs(os.path.dirname(nr + p), 0o755, exist_ok=True); os.close(os.open(nr + p, os.O_CREAT | os.O_WRONLY, 0o644))
@@ -421,7 +425,7 @@ def _sbx_serve(job, ns, ok, enc, dec, send_msg):
 # %% ../nbs/08_sandbox.ipynb #1da73c85
 _PURE = ('math', 'cmath', 're', 'string', 'itertools', 'functools', 'operator', 'collections', 'heapq', 'bisect',
          'statistics', 'fractions', 'decimal', 'typing', 'random', 'datetime', 'copy', 'json', 'array', 'textwrap',
-         'unicodedata', 'numbers', 'enum', 'dataclasses', 'calendar', 'hashlib', 'struct', 'string')
+         'unicodedata', 'numbers', 'enum', 'dataclasses', 'calendar', 'hashlib', 'struct')
 
 def _jdg_main():
     "Judge side (trusted, not sandboxed): run the dataset's tests here; every call of the program's objects goes to the sandbox"
