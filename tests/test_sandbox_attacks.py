@@ -325,3 +325,23 @@ def test_batch_survives_everything():
     assert [r['execution'] for r in rs] == [1., 0., 0., 0., 0., 1.]
     assert 'longer than' in rs[3]['reason'] and 'tests' in rs[4]['reason']
     assert time.monotonic() - t < 15
+
+def test_judged_as_unprivileged_caller():
+    "Called by a non-root user (user namespaces): the judged reward still scores right and wrong answers apart"
+    if not ROOT: pytest.skip("already running unprivileged: every other test covers it")
+    import shutil, subprocess, sys
+    repo = str(Path(__file__).resolve().parent.parent)
+    script = (f"import sys; sys.path.insert(0, {repo!r})\nfrom mapg.sandbox import judge_program\n"
+              "r = judge_program('def f(x): return 2 * x\\ndef g(): return open(\"/etc/passwd\").read()',\n"
+              "                 ['assert f(21) == 42', 'assert f(1) == 3', 'assert g()'])\n"
+              "print(r.isolation, r.passed)\nassert r.passed == [True, False, False], r")
+    for exe in dict.fromkeys([sys.executable, '/usr/bin/python3', shutil.which('python3')]):
+        if not exe: continue
+        try: out = subprocess.run([exe, '-c', script], user=65534, group=65534, extra_groups=[], capture_output=True,
+                                  text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError): continue
+        if 'ModuleNotFoundError' in out.stderr or 'PermissionError' in out.stderr: continue
+        print(out.stdout, out.stderr[-300:])
+        assert out.returncode == 0, out.stderr[-500:]
+        return
+    pytest.skip("no interpreter that uid 65534 can run mapg with")
