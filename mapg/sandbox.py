@@ -528,7 +528,6 @@ def _jdg_main():
             if own(name) and type(mn) is str and mn.split('.')[0] in _PURE:
                 try: base[name] = importlib.import_module(mn)
                 except Exception: pass
-        if entry: own = (lambda o: lambda name: name == entry or (name in mods and o(name)))(own)   # only the function under test
         for name, v in values.items():
             if own(name): base[name] = v
         for name, r in objs.items():
