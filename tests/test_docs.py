@@ -25,7 +25,9 @@ SHOT_PAGES = {'index.ipynb': 'index.png', '01_mdp.ipynb': 'reference_mdp.png'}
 # Every exported record, with the notebook whose page must document its fields one by one.
 RECORDS = {'mapg.core.Tok': '00_core', 'mapg.policy.GenSettings': '04_policy', 'mapg.sampler.Rollout': '05_sampler',
            'mapg.models.Family': '03_models', 'mapg.sandbox.SandboxCfg': '08_sandbox', 'mapg.data.DataSpec': '11_data',
-           'mapg.mdp.TinyMDP': '01_mdp', 'mapg.mdp.Step': '01_mdp', 'mapg.mdp.Trajectory': '01_mdp'}
+           'mapg.mdp.TinyMDP': '01_mdp', 'mapg.mdp.Step': '01_mdp', 'mapg.mdp.Trajectory': '01_mdp',
+           'mapg.likelihood.LogProbs': '06_likelihood', 'mapg.train.RunCfg': '12_train', 'mapg.train.RolloutCfg': '12_train',
+           'mapg.train.UpdateCfg': '12_train', 'mapg.train.Batch': '12_train'}
 
 def _cells(nb_path, kinds=('markdown',)):
     return [''.join(c['source']) for c in json.loads(nb_path.read_text())['cells'] if c['cell_type'] in kinds]
