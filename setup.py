@@ -31,7 +31,6 @@ setuptools.setup(
     install_requires=requirements,
     extras_require={'dev': dev_requirements,
                     'quant': ['bitsandbytes>=0.50'],      # NF4 4-bit loading
-                    'hub': ['datasets>=2.19'],            # hub-only training sets (KodCode, MATH train, Countdown)
                     'flash': ['flash-attn>=2.6']},        # CUDA only
     python_requires='>=' + min_python,
     long_description=open('README.md', encoding='utf-8').read(),
