@@ -20,4 +20,4 @@ from mapg.core import make_gen
 b, _ = rollout_stage(m, recs, roll, upd, 'sudoku', make_gen(rank), rank, 2, acc.gather)
 torch.save(b.rewards, out/f'rew_rank{rank}.pt'); torch.save(b.adv, out/f'adv_rank{rank}.pt')
 s = train(run, roll, upd)
-torch.save(s['params'], out/f'params_rank{rank}.pt')
+torch.save({n: p.detach().cpu() for n, p in s['model'].model.named_parameters() if p.requires_grad}, out/f'params_rank{rank}.pt')
