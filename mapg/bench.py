@@ -5,7 +5,7 @@
 # %% ../nbs/14_bench.ipynb #e85470cf
 from __future__ import annotations
 import os, statistics, time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 import torch
 from .core import make_gen
@@ -15,8 +15,8 @@ from .objectives import gspo_loss
 
 # %% auto #0
 __all__ = ['FIGURES', 'Figure', 'clock_for', 'interleaved', 'ratio_figure', 'sampler_overhead', 'position_term_overhead',
-           'stepmerge_batching', 'PassCounter', 'passes_per_cycle', 'code_pool', 'BenchArgs', 'bench_model',
-           'run_benchmarks', 'bench_cli']
+           'stepmerge_batching', 'PassCounter', 'passes_per_cycle', 'code_pool', 'stepmerge_micro_batching',
+           'training_cycle', 'BenchArgs', 'bench_model', 'run_benchmarks', 'bench_cli']
 
 # %% ../nbs/14_bench.ipynb #53574301
 @dataclass
@@ -175,7 +175,57 @@ def code_pool(n:int=32,          # HumanEval canonical solutions scored
     return ratio_figure('code-reward pool speed-up', ts, 'serial', 'pool', 0.75 * min(workers, cpus), '>=',
                         detail=f"{n} programs, workers={workers}, cpus={cpus}, wall clock", show_abs=True)
 
-# %% ../nbs/14_bench.ipynb #d6232510
+# %% ../nbs/14_bench.ipynb #6ab6c6f5
+def _toy_cycle_parts(model, prompts:int, group:int, n_segments:int, k:int, **gen):
+    "The trainer's configs and a global batch of toy Sudoku records (each repeated `group` times)"
+    from mapg.train import RolloutCfg, UpdateCfg, toy_sudoku
+    roll = RolloutCfg(per_device_batch=prompts * group, group_size=group, n_segments=n_segments, **gen)
+    recs = [r for r in toy_sudoku(prompts, 'train', 0, model.tokenizer) for _ in range(group)]
+    return roll, recs, UpdateCfg
+
+def stepmerge_micro_batching(model, prompts:int=1, group:int=2, n_segments:int=32, k:int=12, micro_batch:int=4, repeats:int=5, **gen)->Figure:
+    "`mapg.train.update_stage` with `micro_batch` pairs per pass (exact gradient) over the all-at-once update"
+    from mapg.train import rollout_stage, update_stage
+    roll, recs, UpdateCfg = _toy_cycle_parts(model, prompts, group, n_segments, k, **gen)
+    upd = UpdateCfg(segments_per_update=k)
+    b, _ = rollout_stage(model, recs, roll, upd, 'sudoku', make_gen(0, model.device))
+    seg = sample_segments(b.r, n_segments, k, make_gen(1, model.device))
+    pairs = {}
+    def run(mb):
+        model.model.zero_grad(set_to_none=True)
+        _, pairs[mb] = update_stage(model, b, seg, roll, replace(upd, micro_batch=mb), lambda l: l.backward())
+    model.model.train()
+    try: ts = interleaved({f'micro-batch {micro_batch}': lambda: run(micro_batch), 'all at once': lambda: run(None)}, repeats, model.device)
+    finally: model.model.eval()
+    return ratio_figure('StepMerge micro-batching (exact gradient)', ts, f'micro-batch {micro_batch}', 'all at once', 1.5,
+                        detail=f"{b.r.B}x{k} pairs, {micro_batch} per pass; pairs forwarded {pairs[micro_batch]} vs {pairs[None]}",
+                        show_abs=model.device.type == 'cuda')
+
+def training_cycle(model, prompts:int=2, group:int=4, n_segments:int=32, k:int=12, mu:int=12, repeats:int=2, **gen)->Figure:
+    "One training cycle of the trainer's stages on toy Sudoku: rollout, scoring, mu updates with AdamW; the scoring share"
+    from mapg.train import rollout_stage, update_stage
+    roll, recs, UpdateCfg = _toy_cycle_parts(model, prompts, group, n_segments, k, **gen)
+    upd = UpdateCfg(segments_per_update=k, inner_updates=mu, learning_rate=1e-5)
+    opt = torch.optim.AdamW([p for p in model.model.parameters() if p.requires_grad], lr=upd.learning_rate)
+    dev, clock, phases = model.device, clock_for(model.device), []
+    now = time.perf_counter if clock == 'wall' else time.process_time
+    for i in range(repeats + 1):                                  # round 0 warms up
+        model.model.eval()
+        t0 = now(); b, t = rollout_stage(model, recs, roll, upd, 'sudoku', make_gen(i, dev)); t1 = now()
+        model.model.train()
+        for j in range(mu):
+            update_stage(model, b, sample_segments(b.r, n_segments, k, make_gen(100 * i + j, dev)), roll, upd, lambda l: l.backward())
+            opt.step(); opt.zero_grad(set_to_none=True)
+        _sync(dev); t2 = now()
+        if i: phases.append(dict(rollout=t['rollout'], scoring=t['scoring'], update=t2 - t1))
+    model.model.eval()
+    med = {p: statistics.median(x[p] for x in phases) for p in phases[0]}
+    tot = sum(med.values())
+    d = ', '.join(f"{p} {v / tot:.1%}" for p, v in med.items()) + f" of the cycle (B={b.r.B}, mu={mu}, K={k}, N={n_segments}, L={b.r.L}, T={b.r.T}; wall clock)"
+    if dev.type == 'cuda': d += '; ' + ', '.join(f"{p} {v:.2f} s" for p, v in med.items())
+    return Figure('toy training cycle: scoring share', med['scoring'] / tot, 0.10, '<=', d)
+
+# %% ../nbs/14_bench.ipynb #1198c851
 @dataclass
 class BenchArgs:
     "Settings of the benchmark suite"
@@ -195,9 +245,10 @@ class BenchArgs:
     code_n:int=32            # HumanEval programs for the code-pool figure
     workers:int=0            # code sandboxes at once (0: one per CPU)
     threads:int=1            # CPU threads for torch (0: leave torch's default)
-    only:list[str]=field(default_factory=list) # figures to run (default all): sampler sampler_stepmerge position batching passes code
+    micro_batch:int=4        # (segment, sequence) pairs per pass in the micro-batching figure
+    only:list[str]=field(default_factory=list) # figures to run (default all): sampler sampler_stepmerge position batching micro_batching passes cycle code
 
-FIGURES = ('sampler', 'sampler_stepmerge', 'position', 'batching', 'passes', 'code')
+FIGURES = ('sampler', 'sampler_stepmerge', 'position', 'batching', 'micro_batching', 'passes', 'cycle', 'code')
 
 def bench_model(a:BenchArgs):
     "The model the suite runs on"
@@ -218,12 +269,17 @@ def run_benchmarks(a:BenchArgs, model=None, show:bool=True)->list:
             'sampler_stepmerge': lambda: sampler_overhead(m, a.batch, a.prompt_len, a.repeats, stepmerge_segments=a.segments, **g),
             'position': lambda: position_term_overhead(m, a.update_batch, a.prompt_len, a.segments, a.k, a.repeats, **g),
             'batching': lambda: stepmerge_batching(m, a.update_batch, a.prompt_len, a.segments, a.k, a.repeats, **g),
+            'micro_batching': lambda: stepmerge_micro_batching(m, 1, a.update_batch, a.segments, a.k, a.micro_batch, a.repeats, **g),
             'passes': lambda: passes_per_cycle(m, a.prompt_len, a.segments, a.k, a.mu, **g),
+            'cycle': lambda: training_cycle(m, 2, a.update_batch * 2, a.segments, a.k, a.mu, max(1, a.repeats // 2), **g),
             'code': lambda: code_pool(a.code_n, a.workers, max(2, a.repeats // 2))}
+    if a.model != 'toy' and not a.only:
+        todo = {k: v for k, v in todo.items() if k not in ('micro_batching', 'cycle')}
+        if show: print("micro_batching and cycle figures left out: they run the toy recipe's prompts (toy model only)")
     out = []
     if show: print(f"model={a.model} device={m.device} threads={torch.get_num_threads()} clock={clock_for(m.device)} repeats={a.repeats} "
                    f"L={a.gen_length} block={a.block_length} T={a.steps} N={a.segments} K={a.k} mu={a.mu}", flush=True)
-    for name in (a.only or FIGURES):
+    for name in (a.only or [f for f in FIGURES if f in todo]):
         f = todo[name]()
         out.append(f)
         if show: print(f.line(), flush=True)

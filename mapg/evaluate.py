@@ -196,11 +196,15 @@ def parse_eval_args(argv:list|None=None # command-line words (None: sys.argv[1:]
 # %% ../nbs/13_evaluate.ipynb #3194a09a
 _STEP = re.compile(r'(?:checkpoint|step)[-_]?(\d+)$')
 
+def _has_weights(d:Path)->bool:
+    "A model's `config.json` next to its weights (a trainer's own config.json alone is not a model)"
+    return (d/'config.json').exists() and any(d.glob('*.safetensors')) or any(d.glob('pytorch_model*.bin'))
+
 def _weights_dir(path:Path)->tuple|None:
     "('adapter' | 'full', directory) for a checkpoint directory, looking one level down too; None if it holds no weights"
     for d in [path, *sorted(p for p in path.iterdir() if p.is_dir())] if path.is_dir() else []:
         if (d/'adapter_config.json').exists(): return 'adapter', d
-        if (d/'config.json').exists(): return 'full', d
+        if _has_weights(d): return 'full', d
     return None
 
 def find_checkpoints(path:str|Path)->list:

@@ -110,6 +110,7 @@ def test_checkpoint_directory_final_and_best(tmp_path):
     m = add_lora(load_model(kind='toy', device='cpu'), r=4, lora_alpha=8)
     torch.nn.init.normal_(next(p for n, p in m.model.named_parameters() if 'lora_B' in n), std=1.)
     m.model.save_pretrained(tmp_path/'run'/'checkpoint-20'/'adapter')
+    for n in (10, 20): (tmp_path/'run'/f'checkpoint-{n}'/'config.json').write_text('{"task": "sudoku"}')   # the trainer's own config
     res = evaluate(EvalArgs(checkpoint=str(tmp_path/'run'), tasks=['sudoku'], output_dir=str(tmp_path/'out'), **TOY))
     labels = [r['label'] for r in res['rows']]
     assert labels == ['step-10', 'step-20', 'final (step-20)', 'best (chosen on the test set, per cell)']
