@@ -107,6 +107,7 @@ def toy_config(vocab_size:int=len(TOY_SPECIALS)+96, # tokenizer size (the toy to
                       intermediate_size=intermediate or 4*hidden, max_position_embeddings=max_len, hidden_dropout_prob=0.,
                       attention_probs_dropout_prob=0., pad_token_id=pad_id, type_vocab_size=1)
 
+# %% ../nbs/00_core.ipynb #07df2bc0
 def seeded(seed:int,            # seed of the construction
            build,               # callable building the object (a model) from the seeded RNG
            device:str|torch.device='cpu' # the device whose RNG `build` draws from
@@ -117,6 +118,7 @@ def seeded(seed:int,            # seed of the construction
         torch.manual_seed(seed)
         return build()
 
+# %% ../nbs/00_core.ipynb #36c311db
 def _toy_init(model, seed:int):
     "PyTorch's default scales (unit-variance embeddings, 1/sqrt(fan_in) for linear maps) from our own generator: the same weights under every `transformers` version"
     g = torch.Generator().manual_seed(seed)
@@ -142,6 +144,7 @@ def save_toy(path:str|Path, seed:int=0, model=None, tok=None, **kwargs)->Path:
     (tok if tok is not None else toy_tokenizer()).save_pretrained(path)
     return path
 
+# %% ../nbs/00_core.ipynb #b4b5d612
 def load_toy(path:str|Path, dtype=torch.float32):
     "Load a saved toy model and tokenizer from `path` (eval mode) -> `(model, tokenizer)`"
     from transformers import AutoModelForMaskedLM, AutoTokenizer
@@ -162,10 +165,10 @@ def sharpen(model:nn.Module, # the model whose weight matrices are scaled, in pl
 
 # %% ../nbs/00_core.ipynb #c7682217
 def sharp_toy(seed:int=0,      # seed of the weights
-              scale:float=2.,   # weight-matrix scale (`sharpen`)
+              scale:float=2.,   # weight-matrix scale (the factor given to sharpen)
               max_len:int=16,   # longest canvas
-              **kwargs          # other `toy_config` fields
-             )->nn.Module:
+              **kwargs          # other toy_config arguments
+             )->nn.Module:     # the sharpened toy model, in eval mode
     "The enumeration fixture: the toy architecture with ids [PAD] 0, [MASK] 1 and 2, sharpened"
     return sharpen(toy_model(seed, **{**dict(vocab_size=3, hidden=16, layers=1, heads=2, max_len=max_len), **kwargs}), scale)
 

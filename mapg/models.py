@@ -17,8 +17,8 @@ from .core import Tok, toy_model, toy_tokenizer, save_toy, seeded
 
 # %% auto #0
 __all__ = ['QWEN2_LORA', 'FAMILIES', 'TRANSFORMERS_RANGE', 'STANDIN_CODE', 'Family', 'lora_target_names', 'lora_regex',
-           'check_transformers', 'check_rotary', 'TinyLLaDAConfig', 'TinyLLaDA', 'TinyDreamConfig', 'TinyDream',
-           'tiny_llada', 'tiny_dream', 'MDLM', 'add_lora', 'checkpoint_blocks', 'kind_from_config', 'infer_kind',
+           'check_transformers', 'check_rotary', 'TinyLLaDAConfig', 'TinyLLaDA', 'TinyDreamConfig', 'TinyDream', 'MDLM',
+           'tiny_llada', 'tiny_dream', 'add_lora', 'checkpoint_blocks', 'kind_from_config', 'infer_kind',
            'padding_honoured', 'load_model', 'save_standin', 'llada_shaped']
 
 # %% ../nbs/03_models.ipynb #7569ca67
@@ -56,7 +56,7 @@ def _block_linears(model:nn.Module, blocks:str)->list[str]:
             if isinstance(getattr(m, 'base_layer', m), nn.Linear) and inside.fullmatch(n) and not peft_part.fullmatch(n)]
 
 def lora_target_names(model:nn.Module,  # the (unwrapped) model
-                      kind:str|Family='hf-mlm' # a key of `FAMILIES` (or a `Family`)
+                      kind:str|Family='hf-mlm' # a key of `FAMILIES` (or a Family)
                      )->list[str]:      # full module names, in model order
     "Full names of the linear layers LoRA adapts in `model`; raise if a target of the family matches nothing"
     fam = _family(kind)
@@ -71,6 +71,7 @@ def lora_target_names(model:nn.Module,  # the (unwrapped) model
                          f"{type(model).__name__}; the blocks contain {have}")
     return [n for n in names if short[n] in fam.lora]
 
+# %% ../nbs/03_models.ipynb #eebf88a7
 def lora_regex(model:nn.Module, kind:str='hf-mlm')->str:
     "A regex (peft's `target_modules` string form, matched in full) selecting exactly `lora_target_names(model, kind)`"
     fam = _family(kind)
@@ -99,6 +100,7 @@ def check_transformers(kind:str,            # a key of `FAMILIES`
             f"(installed: {v}). Under transformers 5, LLaDA's code does not load, and Dream's loads with uninitialised rotary "
             f"embeddings (silently wrong logits). Install the versions mapg declares: pip install 'transformers{TRANSFORMERS_RANGE}'")
 
+# %% ../nbs/03_models.ipynb #c5d4529a
 def check_rotary(model:nn.Module # a loaded model
                 ):
     "Raise if a rotary embedding's `inv_freq` differs from the one its config defines (an uninitialised buffer)"
@@ -139,6 +141,7 @@ class TinyLLaDAConfig(PretrainedConfig):
         self.weight_tying, self.mask_token_id, self.honours_attention_mask = weight_tying, mask_token_id, honours_attention_mask
         super().__init__(use_cache=use_cache, eos_token_id=eos_token_id, pad_token_id=pad_token_id, **kwargs)  # as LLaDA's does
 
+# %% ../nbs/03_models.ipynb #977db063
 class _LLaDABlock(nn.Module):
     "A bidirectional pre-norm block with LLaDA's layer names: rotary attention, SwiGLU feed-forward"
     def __init__(self, c):
@@ -192,6 +195,7 @@ class TinyLLaDA(PreTrainedModel):
         for blk in t.blocks: x = blk(x, bias)
         return CausalLMOutputWithPast(logits=t.ff_out(t.ln_f(x)))
 
+# %% ../nbs/03_models.ipynb #ffe499f5
 class TinyDreamConfig(PretrainedConfig):
     "Config of `TinyDream`: Dream's model type and (Qwen2) field names, tiny sizes"
     model_type = 'Dream'
@@ -206,6 +210,7 @@ class TinyDreamConfig(PretrainedConfig):
         self.mask_token_id = mask_token_id
         super().__init__(tie_word_embeddings=tie_word_embeddings, pad_token_id=pad_token_id, eos_token_id=eos_token_id, **kwargs)
 
+# %% ../nbs/03_models.ipynb #9baa1c7b
 class _DreamRotary(nn.Module):
     "Dream's rotary embedding: `inv_freq` from `transformers`' rope table, in a buffer that checkpoints do not hold"
     def __init__(self, config, device=None):
@@ -295,21 +300,6 @@ class TinyDream(PreTrainedModel):
             if m.gradient_checkpointing and self.training: x = m._gradient_checkpointing_func(layer.__call__, x, mask, cos, sin)
             else: x = layer(x, mask, cos, sin)
         return MaskedLMOutput(logits=self.lm_head(m.norm(x)))
-
-# %% ../nbs/03_models.ipynb #26e05ae2
-def tiny_llada(seed:int=0, **kwargs)->MDLM:
-    "A randomly initialised `TinyLLaDA` (LLaDA's names, vocabulary and special ids) behind the adapter; `kwargs` go to its config"
-    fam = FAMILIES['llada']
-    model = seeded(seed, lambda: TinyLLaDA(TinyLLaDAConfig(**kwargs)).eval())
-    return MDLM(model, Tok(fam.mask_id, fam.eos_ids), 'llada')
-
-def tiny_dream(seed:int=0, vocab_size:int=152064, hidden:int=16, layers:int=2, heads:int=2, **kwargs)->MDLM:
-    "A randomly initialised `TinyDream` (shifted logits, Qwen2 names, Dream's ids) behind the adapter; `kwargs` go to its config"
-    cfg = TinyDreamConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2*hidden, num_hidden_layers=layers,
-                          num_attention_heads=heads, num_key_value_heads=heads, **kwargs)
-    fam = FAMILIES['dream']
-    model = seeded(seed, lambda: TinyDream(cfg).eval())
-    return MDLM(model, Tok(fam.mask_id, fam.eos_ids), 'dream')
 
 # %% ../nbs/03_models.ipynb #7261590b
 def _base(model):
@@ -430,6 +420,22 @@ class MDLM:
 
 def _is_peft(model): return hasattr(model, 'peft_config')
 
+# %% ../nbs/03_models.ipynb #26e05ae2
+def tiny_llada(seed:int=0, **kwargs)->MDLM:
+    "A randomly initialised `TinyLLaDA` (LLaDA's names, vocabulary and special ids) behind the adapter; `kwargs` go to its config"
+    fam = FAMILIES['llada']
+    model = seeded(seed, lambda: TinyLLaDA(TinyLLaDAConfig(**kwargs)).eval())
+    return MDLM(model, Tok(fam.mask_id, fam.eos_ids), 'llada')
+
+# %% ../nbs/03_models.ipynb #bc8a086e
+def tiny_dream(seed:int=0, vocab_size:int=152064, hidden:int=16, layers:int=2, heads:int=2, **kwargs)->MDLM:
+    "A randomly initialised `TinyDream` (shifted logits, Qwen2 names, Dream's ids) behind the adapter; `kwargs` go to its config"
+    cfg = TinyDreamConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2*hidden, num_hidden_layers=layers,
+                          num_attention_heads=heads, num_key_value_heads=heads, **kwargs)
+    fam = FAMILIES['dream']
+    model = seeded(seed, lambda: TinyDream(cfg).eval())
+    return MDLM(model, Tok(fam.mask_id, fam.eos_ids), 'dream')
+
 # %% ../nbs/03_models.ipynb #9810a02f
 def _require(pkg:str, what:str):
     "Raise a clear ImportError if the optional package `pkg` (needed for `what`) is not installed"
@@ -467,7 +473,7 @@ def _ckpt_forward(block:nn.Module, *args, **kwargs):
     return checkpoint(block._mapg_forward, *args, use_reentrant=False, **kwargs)
 
 def checkpoint_blocks(model:nn.Module,        # the (unwrapped) model
-                      kind:str|Family='hf-mlm', # a key of `FAMILIES` (or a `Family`): where the blocks are
+                      kind:str|Family='hf-mlm', # a key of `FAMILIES` (or a Family): where the blocks are
                       on:bool=True             # True: checkpoint every block; False: undo it
                      )->int:                   # the number of blocks
     "Run every transformer block of `model` through `torch.utils.checkpoint` (non-reentrant) when gradients are recorded"
@@ -509,6 +515,7 @@ def kind_from_config(cfg:dict # a config.json as a dict
     if hit is None and any(str(a).endswith('ForMaskedLM') for a in archs): hit = 'hf-mlm'
     return hit
 
+# %% ../nbs/03_models.ipynb #9861e99a
 def infer_kind(name_or_path:str|Path|None,   # hub id or local directory
                revision:str|None=None         # hub revision
               )->str:
@@ -517,6 +524,7 @@ def infer_kind(name_or_path:str|Path|None,   # hub id or local directory
     cfg = _read_config(name_or_path, revision)
     return (kind_from_config(cfg) if cfg else None) or _infer_kind(name_or_path)
 
+# %% ../nbs/03_models.ipynb #988df9b6
 def _family_tok(tokenizer, fam:Family, mask_id:int|None)->Tok:
     "The special ids: the tokenizer's, with the family's mask and EOS ids"
     vocab = tokenizer.get_vocab()
@@ -541,17 +549,18 @@ def padding_honoured(m:MDLM,   # the adapter, with the model in eval mode
     ok = torch.isfinite(a) & torch.isfinite(b)
     return bool((a - b)[ok].abs().max() <= 1e-3 * a[ok].abs().max().clamp(min=1))
 
+# %% ../nbs/03_models.ipynb #1861abf7
 def load_model(name_or_path:str|Path|None=None,  # hub id or local directory (toy: None for a fresh toy model)
                kind:str='auto',                   # 'llada' | 'dream' | 'hf-mlm' | 'toy' | 'llama' | 'auto' (from the config)
                dtype:torch.dtype|None=None,       # weights dtype (None: bf16; float32 for the toy)
                load_in_4bit:bool=False,           # NF4 4-bit with double quantisation (bitsandbytes)
-               lora:bool|dict|None=None,          # True: LoRA with the paper's defaults; dict: `add_lora` overrides
+               lora:bool|dict|None=None,          # True: LoRA with the paper's defaults; dict: add_lora overrides
                attn_implementation:str|None=None, # None: flash_attention_2 when installed on CUDA, else sdpa
                device:str|torch.device|None=None, # None: cuda if available, else cpu
                mask_id:int|None=None,             # override the family's / tokenizer's [MASK] id
                seed:int=0,                        # seed of a fresh toy model
-               grad_ckpt:bool=False,              # activation checkpointing of every block (`MDLM.set_grad_ckpt`)
-               toy_size:dict|None=None,           # a fresh toy's size: `toy_config` arguments (hidden, layers, heads, intermediate)
+               grad_ckpt:bool=False,              # activation checkpointing of every block (MDLM.set_grad_ckpt)
+               toy_size:dict|None=None,           # a fresh toy's size: toy_config arguments (hidden, layers, heads, intermediate)
                revision:str|None=None             # hub revision (branch, tag or commit) of the checkpoint and its code
               )->MDLM:
     "Load a masked diffusion LM (LLaDA, Dream, any masked LM, the toy) behind the `MDLM` adapter"
@@ -589,7 +598,7 @@ def load_model(name_or_path:str|Path|None=None,  # hub id or local directory (to
 STANDIN_CODE = {'llada': ('configuration_llada', 'LLaDAConfig', 'modeling_llada', 'LLaDAModelLM'),
                 'dream': ('configuration_dream', 'DreamConfig', 'modeling_dream', 'DreamModel')}
 
-def save_standin(m:MDLM,              # a stand-in behind the adapter (`tiny_llada`, `tiny_dream`)
+def save_standin(m:MDLM,              # a stand-in behind the adapter (tiny_llada, tiny_dream)
                  path:str|Path,       # folder to write
                  tokenizer=None       # tokenizer to save with it (None: `m.tokenizer`, else the toy tokenizer)
                 )->Path:

@@ -25,6 +25,7 @@ def block_schedule(n:int,     # positions to keep in the block
     "LLaDA's schedule: `n` positions over `steps` steps, evenly, the remainder to the earliest steps"
     return [n // steps + (i < n % steps) for i in range(steps)]
 
+# %% ../nbs/04_policy.ipynb #0eea6d15
 @dataclass(frozen=True)
 class GenSettings:
     "The arguments of `generate` that define the sampling policy, checked when built"

@@ -147,7 +147,7 @@ class _Sampler:
                        self.n_segments, c(self.old_token), c(self.old_pos), tuple(self.model.eos_ids))
 
 # %% ../nbs/05_sampler.ipynb #3becf2b0
-def generate(model,                               # an `MDLM` (mask_id, forward_kwargs, forward)
+def generate(model,                               # an MDLM adapter (mask_id, forward_kwargs, forward)
              prompt_ids:Tensor,                   # [B, P] int64 prompts, left-padded
              attention_mask:Tensor|None=None,     # [B, P] 1 at real tokens, 0 at left padding (None: no padding)
              *,
@@ -184,11 +184,13 @@ def block_of(self:Rollout, t:int)->int:
     "The block (0-based) that step `t` (1..T) fills"
     return (t - 1) // self.settings.steps_per_block
 
+# %% ../nbs/05_sampler.ipynb #4710c464
 @patch
 def is_mask_at(self:Rollout, t:int)->Tensor:
     "[B, L] bool: True where the completion is still [MASK] in z^{t-1}, the state step `t` starts from"
     return self.unmask_step >= t
 
+# %% ../nbs/05_sampler.ipynb #df6b8ca0
 @patch
 def state_at(self:Rollout, t:int)->Tensor:
     "[B, S] int64 canvas z^{t-1} seen by step `t` (t = T+1 gives the final canvas)"
@@ -196,6 +198,7 @@ def state_at(self:Rollout, t:int)->Tensor:
     z[:, self.prompt_len:].masked_fill_(self.is_mask_at(t), self.mask_id)
     return z
 
+# %% ../nbs/05_sampler.ipynb #a2e74354
 @patch
 def eligible_at(self:Rollout, t:int)->Tensor:
     "[B, L] bool: the eligible set E_t, masked positions of step `t`'s block"
@@ -203,6 +206,7 @@ def eligible_at(self:Rollout, t:int)->Tensor:
     in_block = (torch.arange(self.L, device=self.ids.device) // bl) == b
     return self.is_mask_at(t) & in_block
 
+# %% ../nbs/05_sampler.ipynb #5832cda2
 @patch
 def picks_at(self:Rollout, t:int)->Tensor:
     "[B, k_t] int64 completion positions kept at step `t`, first pick first"
@@ -216,6 +220,7 @@ def rollout_keys(r:Rollout)->list:
     pr = r.proposals.flatten(1).tolist() if r.proposals is not None else [()] * r.B
     return [(tuple(a), tuple(b), tuple(d), tuple(e)) for a, b, d, e in zip(c, st, rk, pr)]
 
+# %% ../nbs/05_sampler.ipynb #c26cfe48
 def _ordered_picks(cands:list, v:dict, k:int, remasking:str, tau:float):
     "Every ordered pick of `k` of `cands` with its log-probability (float64 tensors) under the remasking rule"
     if remasking == 'greedy':
@@ -229,7 +234,7 @@ def _ordered_picks(cands:list, v:dict, k:int, remasking:str, tau:float):
             left.remove(u)
         yield U, lp
 
-def enumerate_trajectories(model,                  # an `MDLM`
+def enumerate_trajectories(model,                  # an MDLM adapter
                            prompt_ids:Tensor,      # [P] int64 one prompt
                            max_trajectories:int=200_000, # refuse canvases with more trajectories than this
                            **kwargs                # `generate`'s settings (`GenSettings` fields)
