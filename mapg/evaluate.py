@@ -141,7 +141,8 @@ class EvalArgs:
 
     def cells(self)->list:
         "Every (task, L, block_length) cell of the run, in table order"
-        return [Cell(t, L, b or L, self) for t in self.tasks for L in self.lengths for b in self.block_lengths]
+        cells = [Cell(t, L, min(b or L, L), self) for t in self.tasks for L in self.lengths for b in self.block_lengths]
+        return list({c.key: c for c in cells}.values())      # block 0 (= L) and a block of L are one cell
 
 @dataclass(frozen=True)
 class Cell:
@@ -439,7 +440,8 @@ def _columns(t:PaperTable, evaluated:set)->list:
     else: extra = {k for k in evaluated if k[0] in tasks and k[2] == min(32, k[1])}
     cols = list(t.columns) + sorted(extra - set(t.columns))
     order = [k[0] for k in t.columns]
-    return sorted(cols, key=lambda k: (k[2] if t.key == 'block' else 0, order.index(k[0]), k[1], k[2]))
+    if t.key == 'block': return sorted(cols, key=lambda k: (k[2] == k[1], 0 if k[2] == k[1] else k[2], order.index(k[0]), k[1]))  # 32, 64, .., full
+    return sorted(cols, key=lambda k: (order.index(k[0]), k[1], k[2]))
 
 def markdown_tables(res:dict)->str:
     "The results as markdown tables laid out like the paper's, with the published rows above ours"
