@@ -25,6 +25,7 @@ def data_dir()->Path:
     if not d.is_dir(): raise FileNotFoundError(f"no data directory at {d}: set $MAPG_DATA to the project's data/ folder")
     return d
 
+# %% ../nbs/11_data.ipynb #963d6455
 def read_records(path:str|Path)->list:
     "Rows of a local `.jsonl`, `.json` (a list) or `.csv` file, optionally gzipped, as dicts"
     p = Path(path)
@@ -47,11 +48,13 @@ def gsm8k_prompt(question:str)->list:
     "d1's GSM8K prompt: the format instruction, then the question"
     return [dict(role='user', content=f"{FORMAT_PROMPT}\n\n{question}")]
 
+# %% ../nbs/11_data.ipynb #b52de394
 def math_prompt(problem:str)->list:
     "d1's MATH prompt: the format instruction, the math-expert line asking for \\boxed{}, then the problem"
     return [dict(role='user', content=f"{FORMAT_PROMPT}\n\nYou are a math expert. You will be given a question to solve. "
                                       f"Solve it step by step. Wrap the final answer in a \\boxed{{}}. \n\n{problem}")]
 
+# %% ../nbs/11_data.ipynb #63ab9e33
 def countdown_prompt(numbers, target)->list:
     "d1's Countdown prompt"
     return [dict(role='user', content=(
@@ -61,6 +64,7 @@ def countdown_prompt(numbers, target)->list:
         "tags without including an equals sign or the target number. For example, if the numbers are [2, 3, 4] and the "
         "target is 5, a valid answer is: <answer>\n2*4-3\n</answer>"))]
 
+# %% ../nbs/11_data.ipynb #1c72cc0b
 def chat_prompt(messages:list, tok)->str:
     "Render `messages` with `tok`'s chat template, opening the assistant's turn"
     if getattr(tok, 'chat_template', None) is None: raise ValueError("the tokenizer has no chat template")
@@ -151,6 +155,7 @@ def pytest_cases(test_src:str)->list:
             calls += [f"{n.name}().{m.name}" for m in n.body if isinstance(m, ast.FunctionDef) and m.name.startswith('test')]
     return [f"{test_src}\n{_RUN_CASE}\n_mapg_run_case({c})\n" for c in calls]
 
+# %% ../nbs/11_data.ipynb #0794dba6
 def prompt_imports(code:str)->list:
     "The top-level import statements of a code prompt (HumanEval's `from typing import List`)"
     try: tree = ast.parse(code)
@@ -261,6 +266,7 @@ def load_data(name:str,              # dataset: a key of `DATASETS`
         out.append(rec)
     return out
 
+# %% ../nbs/11_data.ipynb #a03878a7
 def columns(records:list, task:str|None=None)->dict:
     "The gold columns of `records` as lists, keyed by the parameter names of the task's reward"
     task = task or records[0]['task']
@@ -284,6 +290,7 @@ def sudoku_grids()->tuple:
     fill(0)
     return tuple(out)
 
+# %% ../nbs/11_data.ipynb #96e9cacd
 def sudoku_count(puzzle:str, limit:int|None=None)->int:
     "Number of solutions of a 16-digit puzzle (0 = blank), counting up to `limit` (None: all)"
     n = 0

@@ -26,6 +26,7 @@ def answer_tag(text:str)->str|None:
     j = s.find('</answer>')
     return (s if j < 0 else s[:j]).strip()
 
+# %% ../nbs/10_rewards.ipynb #b817c960
 def last_boxed(text:str)->str|None:
     "Argument of the last `\\boxed{...}` / `\\fbox{...}` (nested braces kept) or `\\boxed x`; None if absent or unclosed"
     i = max(text.rfind('\\boxed'), text.rfind('\\fbox'))
@@ -56,6 +57,7 @@ def code_blocks(text:str)->list:
 
 _LANG = re.compile(r'[ \t]*([\w+-]*)')     # anchored, one pass over the opening line
 
+# %% ../nbs/10_rewards.ipynb #8cc3233b
 def python_block(text:str)->str|None:
     "The code of the first closed fence tagged `python`, `py`, `python3` or untagged; None if there is none"
     return next((c for lang, c in code_blocks(text) if lang in ('', 'python', 'py', 'python3')), None)
@@ -81,6 +83,7 @@ def parse_number(s:str)->Fraction|None:
     s = s.rstrip('.').strip()
     return _number(s) if _NUM_RE.fullmatch(s) else None
 
+# %% ../nbs/10_rewards.ipynb #c84e6c8f
 def single_number(s:str)->Fraction|None:
     "Exact value of the only number in `s` (None when there are none or several)"
     if not isinstance(s, str): return None
@@ -88,6 +91,7 @@ def single_number(s:str)->Fraction|None:
     nums = _NUMS_RE.findall(s, 0)
     return _number(nums[0]) if len(nums) == 1 else None
 
+# %% ../nbs/10_rewards.ipynb #f6bc5787
 def hash_answer(solution:str)->str:
     "The gold answer of a GSM8K solution: the text after its `####` marker"
     if '####' not in solution: raise ValueError(f"GSM8K answer field has no '####' marker: {solution[:80]!r}")
@@ -111,6 +115,7 @@ def soft_format(text:str)->bool:
         j += 1
     return False
 
+# %% ../nbs/10_rewards.ipynb #3a07bc70
 def strict_format(text:str)->bool:
     "Exactly `<reasoning>\\n…\\n</reasoning>\\n<answer>\\n…\\n</answer>` (optionally a final newline), no tag inside"
     t = text[:-1] if text.endswith('\n') else text
@@ -121,6 +126,7 @@ def strict_format(text:str)->bool:
     bodies = t[len(head):m] + '\n' + t[m + len(mid):len(t) - len(tail)]
     return not any(tag in bodies for tag in _GSM_TAGS)
 
+# %% ../nbs/10_rewards.ipynb #7557097f
 def xml_tags_placed(text:str, tags=_GSM_TAGS)->int:
     "How many of `tags` occur exactly once, alone on their line, in order with respect to the other tags that occur once"
     pos = {}
@@ -180,12 +186,14 @@ def answer_spans(text:str)->list:
         out.append(text[i + len('<answer>'):j]); i = j + len('</answer>')
     return out
 
+# %% ../nbs/10_rewards.ipynb #d61033fa
 def math_format(text:str)->float:
     "MATH format reward: 1.0 answer tags with \\boxed inside, 0.75 tags only, 0.5 \\boxed only, 0.25 neither"
     spans = answer_spans(text)
     if spans: return 1.0 if any(last_boxed(s) is not None for s in spans) else 0.75
     return 0.5 if last_boxed(text) is not None else 0.25
 
+# %% ../nbs/10_rewards.ipynb #7fa4125a
 def math_reward(completion:str, # model output
                 answer:str,     # gold answer (MATH500's `answer`), or a solution whose last \boxed{} is the answer
                 timeout:int=3   # seconds for each `math-verify` step
@@ -209,6 +217,7 @@ def parse_code(code:str)->ast.Module|None:
         try: return ast.parse(code)
         except Exception: return None
 
+# %% ../nbs/10_rewards.ipynb #d261141b
 def unsafe_names(code:str|ast.AST, blocked=UNSAFE_MODULES)->list:
     "Blocked modules or names that `code` (source or its tree) imports or mentions (sorted); `code` must parse"
     blocked = set(blocked)
@@ -239,6 +248,7 @@ def code_tests(tests, entry_point:str|None=None)->list:
     if not cases: raise ValueError("code tests: `tests` is an empty list")
     return cases
 
+# %% ../nbs/10_rewards.ipynb #f0a9fcf7
 def code_reward(completion:str,        # model output (the code is its first Python fence)
                 tests,                 # list of test snippets, or a HumanEval test program (with `entry_point`)
                 entry_point:str|None=None, # HumanEval: the function `check` is called on
@@ -276,6 +286,7 @@ def sudoku_solved(grid:str, puzzle:str)->bool:
     boxes = [grid[8*i+2*j:8*i+2*j+2] + grid[8*i+2*j+4:8*i+2*j+6] for i in range(2) for j in range(2)]
     return all(len(set(u)) == 4 for u in rows + cols + boxes)
 
+# %% ../nbs/10_rewards.ipynb #d958a703
 def sudoku_reward(completion:str, # model output (the grid is the digits inside its last answer tag)
                   puzzle:str,     # 16 digits, 0 = blank
                   solution:str    # 16 digits 1-4
@@ -316,6 +327,7 @@ def eval_arith(expr:str, max_len:int=200):
     except (ValueError, RecursionError, OverflowError): return None
     return (None if zero_div else v), nums
 
+# %% ../nbs/10_rewards.ipynb #e1a9444e
 def countdown_reward(completion:str, # model output (the expression is inside its last answer tag)
                      numbers,        # the numbers to use, each once: [a, b, c] or "a,b,c"
                      target          # the value to reach (int)
@@ -348,6 +360,7 @@ def get_reward(task:str):
     if task not in REWARDS: raise ValueError(f"unknown task {task!r}: choose one of {sorted(REWARDS)}")
     return REWARDS[task]
 
+# %% ../nbs/10_rewards.ipynb #dd3f8532
 def score_batch(reward,        # task name or reward function
                 completions,   # list of completion strings (or TRL message lists)
                 workers:int=1, # samples scored at once (threads)
@@ -378,6 +391,7 @@ def score_batch(reward,        # task name or reward function
     if workers <= 1 or n <= 1: return [one(i) for i in range(n)]
     with ThreadPoolExecutor(min(workers, n)) as ex: return list(ex.map(one, range(n)))
 
+# %% ../nbs/10_rewards.ipynb #8edc45ef
 def batch_reward(reward, part:str='total', workers:int=1):
     "A TRL-style reward function `(completions, **columns) -> list[float]` giving `part` of `reward`"
     fn = get_reward(reward) if isinstance(reward, str) else reward

@@ -626,6 +626,7 @@ def _kill_uid(uid:int, since:int=0, rounds:int=20)->int:
 class SandboxError(RuntimeError):
     "The sandbox could not isolate the child (it refused to run the program)"
 
+# %% ../nbs/08_sandbox.ipynb #2045178a
 @dataclass
 class RunResult:
     "What a sandboxed run produced"
@@ -806,6 +807,7 @@ def _run(code, tests, imports, cfg, judged, helpers=None, entry_point=None)->Run
     status = 'timeout' if timed_out else 'ok' if buf.endswith(f'{tok} E\n'.encode()) else 'crashed'
     return RunResult(status, passed, ok, p.returncode, output.decode(errors='replace'), time.monotonic() - t0, iso)
 
+# %% ../nbs/08_sandbox.ipynb #954fe679
 def run_program(code:str,             # the program (model output), run as module `solution`
                 tests=(),             # snippets run in the sandbox after the program, each in a copy of its namespace
                 imports=(),           # snippets run before the program, in its namespace (e.g. `import math`)
@@ -814,6 +816,7 @@ def run_program(code:str,             # the program (model output), run as modul
     "Run untrusted `code` and the snippets `tests` *inside* the sandbox (the program can see and forge them: not for scoring)"
     return _run(code, tests, imports, cfg, judged=False)
 
+# %% ../nbs/08_sandbox.ipynb #5f4c6711
 def judge_program(code:str,           # the program (model output), run in the sandbox as module `solution`
                   tests=(),           # the dataset's test cases: Python run by the judge, outside the sandbox
                   imports=(),         # import lines run before the program (in the sandbox) and before the tests (judge)
