@@ -89,11 +89,3 @@ def test_ratio_is_one_at_first_update():
     loss, met = gspo_loss(lt, old_t, lp, old_p, counted, torch.tensor([1., -1., 0.5, 0.]))
     assert abs(met['ratio_token'] - 1) < 1e-6 and abs(met['ratio_pos'] - 1) < 1e-6
     assert met['clip_frac_token'] == 0 and met['clip_frac_pos'] == 0
-
-def test_bench_script_runs():
-    "The benchmark script runs end to end and prints its three figures"
-    import subprocess, sys, pathlib
-    root = pathlib.Path(__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, str(root/'scripts/bench_likelihood.py'), '--repeats', '1'], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    assert 'pos_weight=1 / pos_weight=0' in out.stdout and '= 272' in out.stdout and 'speed-up' in out.stdout
