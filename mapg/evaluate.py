@@ -19,8 +19,8 @@ except ImportError: from mapg.sampler import GenSettings
 # %% auto #0
 __all__ = ['TASK_NAMES', 'LENGTHS', 'PUBLISHED', 'PaperTable', 'EvalArgs', 'Cell', 'docments_parser', 'parse_eval_args',
            'find_checkpoints', 'load_for_eval', 'encode_prompts', 'decode_completions', 'parse_answer', 'read_items',
-           'eval_cell', 'hash_name', 'summarize', 'evaluate', 'collect', 'markdown_tables', 'results_figure',
-           'write_results', 'eval_cli']
+           'eval_cell', 'max_positions', 'hash_name', 'summarize', 'evaluate', 'collect', 'markdown_tables',
+           'results_figure', 'write_results', 'eval_cli']
 
 # %% ../nbs/13_evaluate.ipynb #2be5d09b
 TASK_NAMES = dict(gsm8k='GSM8K', math='MATH500', humaneval='HumanEval', mbpp='MBPP', sudoku='Sudoku', countdown='Countdown')
@@ -327,6 +327,7 @@ def eval_cell(model,                    # an `MDLM` with its tokenizer
     batches = [order[i:i + a.batch_size] for i in range(0, len(order), a.batch_size)]
     todo = [(b, idx) for b, idx in enumerate(batches) if b % world == rank and any(str(i) not in done for i in idx)]
     pad = model.pad_id if model.pad_id is not None else model.eos_ids[0]
+    n_pos = max_positions(model)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -334,6 +335,9 @@ def eval_cell(model,                    # an `MDLM` with its tokenizer
     for b, idx in todo:
         recs = [records[i] for i in idx]
         ids, attn, cut = encode_prompts(model.tokenizer, [r['text'] for r in recs], pad, a.max_prompt_len)
+        if n_pos and ids.shape[1] + cell.L > n_pos:
+            raise ValueError(f"{cell.name}: prompt ({ids.shape[1]} tokens) + completion ({cell.L}) exceed the model's {n_pos} positions; "
+                             f"set max_prompt_len <= {n_pos - cell.L} (keeps the end of each prompt)")
         seed = (a.seed * 1_000_003 + hash_name(cell.name) * 10_007 + b) % 2**63
         r = generate(model, ids.to(model.device), attn.to(model.device), generator=make_gen(seed, model.device), **asdict(s))
         comps = decode_completions(model, r.completion)
@@ -345,6 +349,12 @@ def eval_cell(model,                    # an `MDLM` with its tokenizer
         _append(item_dir/f"{cell.name}.rank{rank}.jsonl", items)
         if bar: bar.update()
     if bar: bar.close()
+
+def max_positions(model)->int|None:
+    "The longest canvas a model with absolute position embeddings takes (None: no such limit found)"
+    net = model.model.get_base_model() if hasattr(model.model, 'get_base_model') else model.model
+    cfg = getattr(net, 'config', None)
+    return getattr(cfg, 'max_position_embeddings', None) if getattr(cfg, 'model_type', '') in ('bert', 'roberta', 'distilbert', 'modernbert') else None
 
 def hash_name(s:str)->int:
     "A stable (not salted per process) hash of a string"
@@ -371,7 +381,7 @@ _SAME = ('model', 'kind', 'checkpoint', 'steps_per_token', 'steps', 'temperature
 def _check_run(out:Path, args:EvalArgs):
     "Save the arguments that change completions, or check them against the ones saved by an earlier run"
     f, now = out/'run.json', {k: getattr(args, k) for k in _SAME}
-    if f.exists():
+    if f.exists() and any((out/'items').rglob('*.jsonl')):      # a run that wrote nothing may be started over
         old = json.loads(f.read_text())
         diff = [k for k in _SAME if k in old and old[k] != now[k]]
         if diff: raise ValueError(f"{out} holds a run with other {diff}: {[old[k] for k in diff]} (now {[now[k] for k in diff]}); use another output_dir")
@@ -451,7 +461,7 @@ def markdown_tables(res:dict)->str:
     lines = [f"# Evaluation of {res['base']}", "",
              f"Protocol: T = {s['steps'] or str(s['steps_per_token']) + ' x L'}, temperature {s['temperature']}, remasking "
              f"{s['remasking']}" + (f" (tau_pos {s['pos_temperature']})" if s['remasking'] == 'plackett_luce' else '') +
-             f", score {s['score']}, split {s['split']}" + (f", first {s['limit']} items per task" if s['limit'] else '') +
+             f", score {s['score']}, split {s['split']}, Sudoku {s['shots']}-shot" + (f", first {s['limit']} items per task" if s['limit'] else '') +
              ". Accuracy in %; published rows as printed in the paper.", ""]
     for t in PUBLISHED.values():
         cols = _columns(t, evaluated)
@@ -505,7 +515,7 @@ def write_results(res:dict, out:Path, plot:bool=True):
     (out/'results.md').write_text(markdown_tables(res))
     if plot: results_figure(res).write_html(out/'results.html', include_plotlyjs=True)
 
-# %% ../nbs/13_evaluate.ipynb #4c4bba76
+# %% ../nbs/13_evaluate.ipynb #dce43295
 def eval_cli(argv:list|None=None):
     "Parse the command line (`EvalArgs`, `--config`) and run `evaluate`; print where the results are"
     args = parse_eval_args(argv)
