@@ -27,19 +27,22 @@ def data_dir()->Path:
 
 # %% ../nbs/11_data.ipynb #963d6455
 def read_records(path:str|Path)->list:
-    "Rows of a local `.jsonl`, `.json` (a list) or `.csv` file, optionally gzipped, as dicts"
+    "Rows of a local `.jsonl`, `.json` (a list) or `.csv` file, optionally gzipped, as dicts, read through `datasets`"
     p = Path(path)
     if not p.is_file(): raise FileNotFoundError(f"no data file at {p}")
-    raw = gzip.open(p, 'rt', encoding='utf-8') if p.suffix == '.gz' else open(p, encoding='utf-8')
     kind = Path(p.stem).suffix if p.suffix == '.gz' else p.suffix
-    with raw as f:
-        if kind == '.jsonl': return [json.loads(l) for l in f if l.strip()]
-        if kind == '.json':
-            rows = json.load(f)
-            if not isinstance(rows, list): raise ValueError(f"{p}: a .json data file must hold a list of records")
-            return rows
-        if kind == '.csv': return list(csv.DictReader(f))
-    raise ValueError(f"{p}: unsupported data file type {kind!r} (use .jsonl, .json or .csv, optionally .gz)")
+    if kind not in ('.jsonl', '.json', '.csv'):
+        raise ValueError(f"{p}: unsupported data file type {kind!r} (use .jsonl, .json or .csv, optionally .gz)")
+    import datasets
+    datasets.disable_progress_bars(); datasets.logging.set_verbosity_error()
+    if kind == '.csv':                                   # every column as text: puzzles keep their leading zeros
+        with (gzip.open(p, 'rt', encoding='utf-8') if p.suffix == '.gz' else open(p, encoding='utf-8')) as f: cols = next(csv.reader(f))
+        feats = datasets.Features({c: datasets.Value('string') for c in cols})
+        return datasets.load_dataset('csv', data_files=str(p), split='train', features=feats).to_list()
+    if kind == '.json':
+        with (gzip.open(p, 'rt', encoding='utf-8') if p.suffix == '.gz' else open(p, encoding='utf-8')) as f: first = f.read(1024).lstrip()[:1]
+        if first != '[': raise ValueError(f"{p}: a .json data file must hold a list of records")
+    return datasets.load_dataset('json', data_files=str(p), split='train').to_list()
 
 # %% ../nbs/11_data.ipynb #02d5528c
 FORMAT_PROMPT = "\nRespond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"

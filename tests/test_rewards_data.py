@@ -265,10 +265,14 @@ def test_hub_names_go_through_datasets(monkeypatch):
     monkeypatch.setitem(sys.modules, 'datasets', None)   # not installed
     with pytest.raises(ImportError, match='needs `datasets`'): load_data('kodcode', 'train')
 
-def test_datasets_imported_lazily():
-    code = ("import sys; import mapg.data as d; d.load_data('gsm8k'); d.load_data('mbpp');"
+def test_shipped_and_local_files_go_through_datasets():
+    "Every dataset is read with `datasets` (shipped files and local paths with `load_dataset('json'/'csv')`), not at import"
+    code = ("import sys; import mapg.data as d; assert 'datasets' not in sys.modules, 'imported with mapg.data';"
+            "import datasets; calls = []; real = datasets.load_dataset;"
+            "datasets.load_dataset = lambda *a, **k: calls.append(a[0]) or real(*a, **k);"
+            "d.load_data('gsm8k'); d.load_data('mbpp'); d.load_data('sudoku');"
             f"d.load_data('kodcode', 'train', source={str(DATA/'samples'/'kodcode_light_rl_sample.jsonl')!r});"
-            "assert 'datasets' not in sys.modules, 'datasets was imported'")
+            "assert calls == ['json', 'json', 'csv', 'json'], calls")
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-500:]
 
