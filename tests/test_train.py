@@ -42,6 +42,7 @@ def test_resume_is_exact(tmp_path, cache):
     full = train(*cfg(tmp_path/'a', cache, '--max_steps', '5', '--save_steps', '1'))
     train(*cfg(tmp_path/'b', cache, '--max_steps', '3', '--save_steps', '1'))
     assert json.loads((tmp_path/'b'/'checkpoint-3'/'trainer_state.json').read_text())['inner'] == 1
+    with open(tmp_path/'b'/'metrics.jsonl', 'a') as f: f.write(json.dumps(dict(step=4, reward=0.)) + '\n')   # logged, then lost
     resumed = train(*cfg(tmp_path/'b', cache, '--max_steps', '5', '--save_steps', '1', '--resume_from_checkpoint', 'latest'))
     a, b = params(full), params(resumed)
     for n, p in a.items(): assert torch.equal(p, b[n]), n
