@@ -40,6 +40,7 @@ def clock_for(device)->str:
     "'wall' on a GPU, 'cpu' (this process's CPU time) otherwise"
     return 'wall' if torch.device(device).type == 'cuda' else 'cpu'
 
+# %% ../nbs/14_bench.ipynb #e5755ae5
 def interleaved(fns:dict,             # name -> callable to time
                 repeats:int=5,        # timed rounds (after one warm-up round)
                 device='cpu',         # synchronised before and after each call on CUDA
@@ -54,6 +55,7 @@ def interleaved(fns:dict,             # name -> callable to time
             if i: out[k].append(now() - t)
     return out
 
+# %% ../nbs/14_bench.ipynb #1cc0d6e1
 def ratio_figure(name:str, times:dict, num:str, den:str, target:float, op:str='<=', detail:str='', show_abs:bool=False)->Figure:
     "A figure from interleaved times: median(num) / median(den), with the spread of the per-round ratios"
     rs = [a / b for a, b in zip(times[num], times[den])]
@@ -70,12 +72,12 @@ def _prompt(model, batch:int, prompt_len:int, seed:int=0):
     p = torch.randint(0, V, (batch, prompt_len), generator=make_gen(seed), device='cpu').to(model.device)
     return p.masked_fill(p == model.mask_id, (model.mask_id + 1) % V)
 
-def sampler_overhead(model,                 # an `MDLM`
+def sampler_overhead(model,                 # an MDLM
                      batch:int=8,           # prompts per call
                      prompt_len:int=16,     # prompt tokens
                      repeats:int=5,
                      stepmerge_segments:int|None=None, # N: also record StepMerge old log-probs (the trainer's rollout)
-                     **gen                  # `generate`'s settings (default: the paper's rollout setting)
+                     **gen                  # generate's settings (default: the paper's rollout setting)
                     )->Figure:
     "`generate` time over the time of as many bare forward passes of the model on a canvas of the same shape"
     s = dict(dict(gen_length=256, block_length=32, steps=128, temperature=0.9, remasking='plackett_luce', pos_temperature=0.5, score='max_logit'), **gen)
@@ -103,13 +105,13 @@ def _rollout(model, batch, prompt_len, n_segments, **gen):
     s = dict(dict(gen_length=256, block_length=32, steps=128), **gen)
     return generate(model, _prompt(model, batch, prompt_len), generator=make_gen(1, model.device), stepmerge_segments=n_segments, **s)
 
-def position_term_overhead(model,             # an `MDLM` (trainable)
+def position_term_overhead(model,             # an MDLM (trainable)
                            batch:int=2,       # sequences
                            prompt_len:int=16,
                            n_segments:int=32, # N
                            k:int=12,          # K segments per sequence
                            repeats:int=5,
-                           **gen              # `generate`'s settings (default: L=256, block 32, T=128)
+                           **gen              # generate's settings (default: L=256, block 32, T=128)
                           )->Figure:
     "Update step (StepMerge forward + GSPO loss + backward) with the position term over the token-only step"
     r = _rollout(model, batch, prompt_len, n_segments, **gen)
@@ -144,6 +146,7 @@ class PassCounter:
         self.m.forward = fwd; return self
     def __exit__(self, *a): del self.m.forward
 
+# %% ../nbs/14_bench.ipynb #9c66e0af
 def passes_per_cycle(model, prompt_len:int=16, n_segments:int=32, k:int=12, mu:int=12, **gen)->Figure:
     "Sequence-forwards of one training cycle at batch 1 (rollout + mu updates of K segments) over the recipe's T + N + mu K"
     r = None
@@ -201,6 +204,7 @@ def stepmerge_micro_batching(model, prompts:int=1, group:int=2, n_segments:int=3
                         detail=f"{b.r.B}x{k} pairs, {micro_batch} per pass; pairs forwarded {pairs[micro_batch]} vs {pairs[None]}",
                         show_abs=model.device.type == 'cuda')
 
+# %% ../nbs/14_bench.ipynb #e3d715f4
 def training_cycle(model, prompts:int=2, group:int=4, n_segments:int=32, k:int=12, mu:int=12, repeats:int=2, **gen)->Figure:
     "One training cycle of the trainer's stages on toy Sudoku: rollout, scoring, mu updates with AdamW; the scoring share"
     from mapg.train import rollout_stage, update_stage
@@ -248,6 +252,7 @@ class BenchArgs:
     micro_batch:int=4        # (segment, sequence) pairs per pass in the micro-batching figure
     only:list[str]=field(default_factory=list) # figures to run (default all): sampler sampler_stepmerge position batching micro_batching passes cycle code
 
+# %% ../nbs/14_bench.ipynb #d3342795
 FIGURES = ('sampler', 'sampler_stepmerge', 'position', 'batching', 'micro_batching', 'passes', 'cycle', 'code')
 
 def bench_model(a:BenchArgs):
@@ -258,6 +263,7 @@ def bench_model(a:BenchArgs):
     if a.model == 'llada8b': return llada_shaped(device=dev)
     return load_model(a.model, kind=a.kind, device=dev)
 
+# %% ../nbs/14_bench.ipynb #099c3655
 def run_benchmarks(a:BenchArgs, model=None, show:bool=True)->list:
     "Every figure (or those in `a.only`), measured in one run; print one line each as it comes"
     if a.threads: torch.set_num_threads(a.threads)
@@ -286,6 +292,7 @@ def run_benchmarks(a:BenchArgs, model=None, show:bool=True)->list:
     if show: print(f"{sum(f.passed for f in out)}/{len(out)} figures meet their targets")
     return out
 
+# %% ../nbs/14_bench.ipynb #2c8b4b46
 def bench_cli(argv:list|None=None)->list:
     "Parse `BenchArgs` from the command line and run the suite"
     import sys

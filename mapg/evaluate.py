@@ -4,23 +4,22 @@
 
 # %% ../nbs/13_evaluate.ipynb #aa4a3663
 from __future__ import annotations
-import json, math, os, re, types
-from dataclasses import dataclass, field, asdict, fields, replace
+import json, os, re, types
+from dataclasses import dataclass, field, asdict, fields
 from pathlib import Path
 import torch
-from fastcore.docments import docments
 from .core import make_gen
-from .data import load_data, DATASETS
+from .data import load_data, columns, DATASETS
+from .policy import GenSettings
 from .rewards import score_batch, task_metrics, answer_tag, last_boxed, python_block, single_number
 from .sampler import generate
-try: from mapg.policy import GenSettings
-except ImportError: from mapg.sampler import GenSettings
+from .train import prompt_batch, completions_text, field_docs
 
 # %% auto #0
 __all__ = ['TASK_NAMES', 'LENGTHS', 'PUBLISHED', 'PaperTable', 'EvalArgs', 'Cell', 'docments_parser', 'parse_eval_args',
-           'find_checkpoints', 'load_for_eval', 'encode_prompts', 'decode_completions', 'parse_answer', 'read_items',
-           'eval_cell', 'max_positions', 'hash_name', 'summarize', 'evaluate', 'collect', 'markdown_tables',
-           'results_figure', 'write_results', 'eval_cli']
+           'find_checkpoints', 'load_for_eval', 'encode_prompts', 'parse_answer', 'read_items', 'eval_cell',
+           'max_positions', 'hash_name', 'summarize', 'evaluate', 'collect', 'markdown_tables', 'results_figure',
+           'write_results', 'eval_cli']
 
 # %% ../nbs/13_evaluate.ipynb #2be5d09b
 TASK_NAMES = dict(gsm8k='GSM8K', math='MATH500', humaneval='HumanEval', mbpp='MBPP', sudoku='Sudoku', countdown='Countdown')
@@ -116,7 +115,7 @@ class EvalArgs:
     dtype:str='bfloat16'          # weights dtype: 'bfloat16' | 'float16' | 'float32' (the toy always runs in float32)
     load_in_4bit:bool=False       # NF4 4-bit weights (bitsandbytes)
     seed:int=0                    # seed of the sampler's generators (used when temperature > 0 or remasking is not greedy)
-    reward_workers:int=0          # sandboxes run at once for code rewards (0: one per CPU)
+    reward_workers:int=0          # rewards scored at once, in threads (code: a sandbox each) (0: one per CPU)
     output_dir:str='eval_results' # where items, results.json, results.md and results.html go
     label:str|None=None           # row label of a single model or checkpoint (default: 'base' or the checkpoint's name)
     progress:bool=True            # progress bar on the main process
@@ -144,11 +143,14 @@ class EvalArgs:
         cells = [Cell(t, L, min(b or L, L), self) for t in self.tasks for L in self.lengths for b in self.block_lengths]
         return list({c.key: c for c in cells}.values())      # block 0 (= L) and a block of L are one cell
 
+# %% ../nbs/13_evaluate.ipynb #869f156c
 @dataclass(frozen=True)
 class Cell:
     "One cell of a results table: a task at one generation length and block length"
-    task:str; L:int; block:int
-    args:EvalArgs=field(repr=False, compare=False)
+    task:str                  # the task, a key of TASK_NAMES
+    L:int                     # generation length
+    block:int                 # block length (L: one block)
+    args:EvalArgs=field(repr=False, compare=False) # the run's arguments (steps, sampler settings, seed)
 
     name = property(lambda self: f"{self.task}_L{self.L}_b{self.block}")
     key = property(lambda self: (self.task, self.L, self.block))
@@ -163,8 +165,9 @@ class Cell:
 
 # %% ../nbs/13_evaluate.ipynb #192f3748
 def _with_help(cls):
-    "Copy `cls`'s inline comments into its fields' `metadata['help']` (what `HfArgumentParser` shows)"
-    docs = docments(cls)
+    "Copy `cls`'s inline comments (`field_docs`, the trainer's reader) into its fields' `metadata['help']` (what `HfArgumentParser` shows)"
+    try: docs = field_docs(cls)
+    except (OSError, AttributeError): docs = {}   # a class defined in a notebook has no source file: its fields get no help
     for f in fields(cls):
         if docs.get(f.name) and 'help' not in f.metadata: f.metadata = types.MappingProxyType({**f.metadata, 'help': docs[f.name]})
     return cls
@@ -178,6 +181,7 @@ def docments_parser(cls=EvalArgs,      # a dataclass whose fields have inline co
     if config: p.add_argument('--config', type=str, default=None, help='YAML file of defaults for any option above (the command line wins)')
     return p
 
+# %% ../nbs/13_evaluate.ipynb #1a4bb372
 def parse_eval_args(argv:list|None=None # command-line words (None: sys.argv[1:])
                    )->EvalArgs:
     "`EvalArgs` from the command line, over the defaults of an optional `--config` YAML file"
@@ -240,29 +244,17 @@ def load_for_eval(args:EvalArgs,             # the run's arguments (model, kind,
 
 # %% ../nbs/13_evaluate.ipynb #27a5ede6
 def encode_prompts(tok,                     # the model's tokenizer
-                   texts:list,              # chat-rendered prompts
+                   records:list,            # records with a chat-rendered `text`
                    pad_id:int,              # id on the left padding (masked out by the attention mask)
                    max_len:int|None=None    # keep the last `max_len` tokens of each prompt (None: all)
                   )->tuple:                 # ([B, P] int64 ids, [B, P] bool attention mask, [B] bool cut)
-    "Tokenize and left-pad prompts"
-    ids = [tok(t, add_special_tokens=False)['input_ids'] for t in texts]
-    cut = [max_len is not None and len(x) > max_len for x in ids]
-    ids = [x[-max_len:] if c else x for x, c in zip(ids, cut)]
-    P = max(map(len, ids))
-    out = torch.full((len(ids), P), pad_id, dtype=torch.long)
-    attn = torch.zeros(len(ids), P, dtype=torch.bool)
-    for i, x in enumerate(ids):
-        if x: out[i, P - len(x):], attn[i, P - len(x):] = torch.tensor(x), True
-    return out, attn, torch.tensor(cut)
+    "The trainer's left-padded prompt batch (`prompt_batch`), each prompt cut to its last `max_len` tokens"
+    ids, attn = prompt_batch(records, tok)
+    cut = attn.sum(1) > max_len if max_len is not None else torch.zeros(len(records), dtype=torch.bool)
+    if max_len is not None: ids, attn = ids[:, -max_len:], attn[:, -max_len:]   # left-padded: the last columns hold each prompt's end
+    return ids.masked_fill(~attn, pad_id), attn, cut
 
-def decode_completions(model,               # an `MDLM` with its tokenizer
-                       completion:torch.Tensor # [B, L] int64 generated tokens
-                      )->list:              # B strings
-    "Completions cut at their first end-of-sequence token, decoded without special tokens"
-    is_eos = model.tok.is_eos(completion)
-    n = torch.where(is_eos.any(1), is_eos.int().argmax(1), completion.shape[1]).tolist()
-    return [model.tokenizer.decode(row[:k], skip_special_tokens=True) for row, k in zip(completion.tolist(), n)]
-
+# %% ../nbs/13_evaluate.ipynb #6a6f7fe1
 def parse_answer(task:str, text:str)->str|None:
     "The answer a task's reward reads from a completion (None if it finds none)"
     if task == 'gsm8k':
@@ -297,10 +289,10 @@ def _append(path:Path, items:list):
         f.write(''.join(json.dumps(it, ensure_ascii=False) + '\n' for it in items))
 
 def _score(task:str, comps:list, recs:list, workers:int)->list:
-    "Reward dicts of a batch; a sample whose reward raises gets total 0 and its error"
+    "Reward dicts of a batch (code gets the records' `helpers`); a sample whose reward raises gets total 0 and its error"
     rtask = DATASETS[task].task
-    cols = {k: [r[k] for r in recs] for k in recs[0] if k not in ('id', 'prompt', 'task', 'text')}
-    try: return score_batch(rtask, comps, workers=1 if rtask == 'math' else workers, **cols)
+    cols = columns(recs, rtask)             # the gold columns the reward takes, as the trainer scores them
+    try: return score_batch(rtask, comps, workers=workers, **cols)
     except Exception:
         out = []
         for i, c in enumerate(comps):
@@ -313,8 +305,8 @@ def _metrics(task:str, r:dict)->dict:
     except Exception: return dict(accuracy=0.)
 
 # %% ../nbs/13_evaluate.ipynb #a1545011
-def eval_cell(model,                    # an `MDLM` with its tokenizer
-              records:list,             # the task's records (`load_data` with the tokenizer)
+def eval_cell(model,                    # an MDLM with its tokenizer
+              records:list,             # the task's records (load_data with the tokenizer)
               cell:Cell,                # task, L, block and the run's arguments
               item_dir:Path,            # directory of this row's item files
               rank:int=0, world:int=1,  # this process and the number of processes
@@ -334,13 +326,13 @@ def eval_cell(model,                    # an `MDLM` with its tokenizer
         bar = tqdm(total=len(todo), desc=cell.name, unit='batch')
     for b, idx in todo:
         recs = [records[i] for i in idx]
-        ids, attn, cut = encode_prompts(model.tokenizer, [r['text'] for r in recs], pad, a.max_prompt_len)
+        ids, attn, cut = encode_prompts(model.tokenizer, recs, pad, a.max_prompt_len)
         if n_pos and ids.shape[1] + cell.L > n_pos:
             raise ValueError(f"{cell.name}: prompt ({ids.shape[1]} tokens) + completion ({cell.L}) exceed the model's {n_pos} positions; "
                              f"set max_prompt_len <= {n_pos - cell.L} (keeps the end of each prompt)")
         seed = (a.seed * 1_000_003 + hash_name(cell.name) * 10_007 + b) % 2**63
         r = generate(model, ids.to(model.device), attn.to(model.device), generator=make_gen(seed, model.device), **asdict(s))
-        comps = decode_completions(model, r.completion)
+        comps, _ = completions_text(model, r)
         rewards = _score(cell.task, comps, recs, a.reward_workers or os.cpu_count() or 1)
         items = [dict(key=str(i), id=str(rec['id']), task=cell.task, L=cell.L, block=cell.block, steps=s.steps,
                       prompt=rec['text'], prompt_cut=bool(c), completion=comp, answer=parse_answer(cell.task, comp),
@@ -350,12 +342,14 @@ def eval_cell(model,                    # an `MDLM` with its tokenizer
         if bar: bar.update()
     if bar: bar.close()
 
+# %% ../nbs/13_evaluate.ipynb #ff7d47af
 def max_positions(model)->int|None:
     "The longest canvas a model with absolute position embeddings takes (None: no such limit found)"
     net = model.model.get_base_model() if hasattr(model.model, 'get_base_model') else model.model
     cfg = getattr(net, 'config', None)
     return getattr(cfg, 'max_position_embeddings', None) if getattr(cfg, 'model_type', '') in ('bert', 'roberta', 'distilbert', 'modernbert') else None
 
+# %% ../nbs/13_evaluate.ipynb #29c5a996
 def hash_name(s:str)->int:
     "A stable (not salted per process) hash of a string"
     import zlib
@@ -508,6 +502,7 @@ def results_figure(res:dict):
     fig.update_layout(barmode='group', title=f"Accuracy (%) of {res['base']}, with the paper's published rows", yaxis_title='accuracy (%)')
     return fig
 
+# %% ../nbs/13_evaluate.ipynb #4a68fcde
 def write_results(res:dict, out:Path, plot:bool=True):
     "Write results.json, results.md and (with `plot`) results.html into `out`"
     out = Path(out)

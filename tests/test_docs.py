@@ -27,7 +27,9 @@ RECORDS = {'mapg.core.Tok': '00_core', 'mapg.policy.GenSettings': '04_policy', '
            'mapg.models.Family': '03_models', 'mapg.sandbox.SandboxCfg': '08_sandbox', 'mapg.data.DataSpec': '11_data',
            'mapg.mdp.TinyMDP': '01_mdp', 'mapg.mdp.Step': '01_mdp', 'mapg.mdp.Trajectory': '01_mdp',
            'mapg.likelihood.LogProbs': '06_likelihood', 'mapg.train.RunCfg': '12_train', 'mapg.train.RolloutCfg': '12_train',
-           'mapg.train.UpdateCfg': '12_train', 'mapg.train.Batch': '12_train'}
+           'mapg.train.UpdateCfg': '12_train', 'mapg.train.Batch': '12_train',
+           'mapg.evaluate.PaperTable': '13_evaluate', 'mapg.evaluate.EvalArgs': '13_evaluate', 'mapg.evaluate.Cell': '13_evaluate',
+           'mapg.bench.Figure': '14_bench', 'mapg.bench.BenchArgs': '14_bench'}
 
 def _cells(nb_path, kinds=('markdown',)):
     return [''.join(c['source']) for c in json.loads(nb_path.read_text())['cells'] if c['cell_type'] in kinds]

@@ -193,3 +193,23 @@ def test_published_tables_agree_with_each_other():
     main, block = PUBLISHED['main'].rows, PUBLISHED['block'].rows
     for n in set(main) & set(block):
         for task in ('gsm8k', 'math'): assert main[n][(task, 256, 32)] == block[n][(task, 256, 32)], (n, task)
+
+def test_code_scoring_gets_the_prompt_helpers():
+    "HumanEval/50's tests call `encode_shift`, defined in the prompt: scoring passes the records' `helpers` to the judge"
+    from mapg.data import load_data, read_records, data_dir
+    rec = next(r for r in load_data('humaneval') if r['id'] == 'HumanEval/50')
+    raw = next(h for h in read_records(data_dir()/'humaneval.jsonl.gz') if h['task_id'] == 'HumanEval/50')
+    only_the_function = f"```python\ndef decode_shift(s: str):\n{raw['canonical_solution']}```"
+    assert 'encode_shift' not in only_the_function and rec['helpers']
+    scored = ev._score('humaneval', [only_the_function], [rec], workers=1)
+    assert scored[0]['execution'] == 1., scored
+    without = ev._score('humaneval', [only_the_function], [dict(rec, helpers=None)], workers=1)
+    assert without[0]['execution'] < 1.                           # the tests need the prompt's helper
+
+def test_math_scored_from_threads():
+    "MATH rewards run with several workers (the checker works from threads)"
+    from mapg.data import load_data
+    recs = load_data('math', limit=4)
+    comps = [f"<reasoning>x</reasoning>\n<answer>\\boxed{{{r['answer']}}}</answer>" for r in recs]
+    one, four = ev._score('math', comps, recs, workers=1), ev._score('math', comps, recs, workers=4)
+    assert one == four and all(s['total'] > 0 for s in four), four
