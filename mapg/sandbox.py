@@ -570,7 +570,7 @@ def _jdg_main():
 # %% ../nbs/08_sandbox.ipynb #572679c9
 @cache
 def _child_source()->str:
-    "The child program: the source of the `_sbx_*` functions, then a call to `_sbx_main`"
+    "The child program: the source of the `_sbx_*` functions, then a call to _sbx_main"
     fs = (_sbx_codec, _sbx_unshare, _sbx_root, _sbx_fs, _sbx_isolate, _sbx_outer, _sbx_init, _sbx_main, _sbx_serve)
     return '\n\n'.join(inspect.getsource(f) for f in fs) + '\n\n_sbx_main()\n'
 
@@ -636,7 +636,7 @@ class RunResult:
     returncode:int|None=None    # exit status of the child (negative: killed by that signal)
     output:str=''               # stdout+stderr, truncated to `SandboxCfg.max_output` bytes
     wall:float=0.               # seconds from spawn to the end of the cleanup
-    isolation:dict=field(default_factory=dict) # what `_sbx_isolate` applied
+    isolation:dict=field(default_factory=dict) # what _sbx_isolate applied
 
     @property
     def frac(self)->float:
@@ -811,7 +811,7 @@ def _run(code, tests, imports, cfg, judged, helpers=None, entry_point=None)->Run
 def run_program(code:str,             # the program (model output), run as module `solution`
                 tests=(),             # snippets run in the sandbox after the program, each in a copy of its namespace
                 imports=(),           # snippets run before the program, in its namespace (e.g. `import math`)
-                cfg:SandboxCfg|None=None # limits (default `SandboxCfg()`)
+                cfg:SandboxCfg|None=None # limits (default SandboxCfg())
                )->RunResult:
     "Run untrusted `code` and the snippets `tests` *inside* the sandbox (the program can see and forge them: not for scoring)"
     return _run(code, tests, imports, cfg, judged=False)
@@ -822,17 +822,17 @@ def judge_program(code:str,           # the program (model output), run in the s
                   imports=(),         # import lines run before the program (in the sandbox) and before the tests (judge)
                   helpers:str|None=None, # trusted code the tests use (HumanEval's prompt): the program cannot replace it
                   entry_point:str|None=None, # the function under test (it may shadow a built-in name)
-                  cfg:SandboxCfg|None=None # limits (default `SandboxCfg()`)
+                  cfg:SandboxCfg|None=None # limits (default SandboxCfg())
                  )->RunResult:
     "Score untrusted `code` on `tests`: the tests run in a trusted judge, each call of the program's objects in the sandbox"
     return _run(code, tests, imports, cfg, judged=True, helpers=helpers, entry_point=entry_point)
 
 # %% ../nbs/08_sandbox.ipynb #03ed6f85
-def run_many(jobs,                    # iterable of dicts: `judge_program` (or `run_program`) arguments, `code` required
+def run_many(jobs,                    # iterable of dicts: judge_program (or run_program) arguments, `code` required
              cfg:SandboxCfg|None=None,# limits for every run
              workers:int|None=None,   # programs running at once (None: the number of CPUs)
-             judged:bool=False        # score with `judge_program` (tests outside the sandbox) instead of `run_program`
-            )->list:                  # `RunResult` per job, in order
+             judged:bool=False        # score with judge_program (tests outside the sandbox) instead of run_program
+            )->list:                  # a RunResult per job, in order
     "Run many sandboxed programs in parallel, `workers` at a time"
     jobs = list(jobs)
     for i, j in enumerate(jobs):
