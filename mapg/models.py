@@ -4,22 +4,24 @@
 
 # %% ../nbs/03_models.ipynb #53432e69
 from __future__ import annotations
-import functools, importlib.util, inspect, json, math, re, tempfile
+import contextlib, functools, importlib.util, inspect, json, math, re, shutil, tempfile
 from dataclasses import dataclass
 from pathlib import Path
 import torch, torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, CheckpointError
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import MaskedLMOutput, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from .core import Tok, toy_model, toy_tokenizer, save_toy, seeded
 
 # %% auto #0
-__all__ = ['QWEN2_LORA', 'FAMILIES', 'TRANSFORMERS_RANGE', 'STANDIN_CODE', 'Family', 'lora_target_names', 'lora_regex',
-           'check_transformers', 'check_rotary', 'TinyLLaDAConfig', 'TinyLLaDA', 'TinyDreamConfig', 'TinyDream', 'MDLM',
-           'tiny_llada', 'tiny_dream', 'add_lora', 'checkpoint_blocks', 'kind_from_config', 'infer_kind',
-           'padding_honoured', 'load_model', 'save_standin', 'llada_shaped']
+__all__ = ['QWEN2_LORA', 'FAMILIES', 'TRANSFORMERS_RANGE', 'STANDIN_CODE', 'LLADA_TOKENS', 'DREAM_TOKENS', 'LLADA_CHAT_TEMPLATE',
+           'DREAM_CHAT_TEMPLATE', 'Family', 'lora_target_names', 'lora_regex', 'check_transformers', 'check_rotary',
+           'TinyLLaDAConfig', 'TinyLLaDA', 'TinyDreamConfig', 'TinyDream', 'excluded_ids', 'MDLM', 'tiny_llada',
+           'tiny_dream', 'add_lora', 'check_4bit_grads', 'checkpoint_errors', 'checkpoint_blocks', 'kind_from_config',
+           'infer_kind', 'padding_honoured', 'load_model', 'save_standin', 'save_tokenizer_standin',
+           'tiny_remote_checkpoint', 'llada_shaped']
 
 # %% ../nbs/03_models.ipynb #7569ca67
 @dataclass(frozen=True)
@@ -319,6 +321,23 @@ def _make_bidirectional(model):
     for m in model.modules():
         if hasattr(m, 'is_causal') and isinstance(m.is_causal, bool): m.is_causal = False
 
+def excluded_ids(tokenizer,     # a `transformers` tokenizer
+                 keep:tuple=()  # ids that stay (the ids that end a completion)
+                )->tuple:       # sorted ids
+    "The ids of `tokenizer`'s special tokens that are not text: every special token but those in `keep`"
+    special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    return tuple(sorted(special - set(keep)))
+
+def _max_positions(model)->tuple:
+    "(the longest canvas `model` takes, the config field that says so), or (None, None)"
+    cfg = getattr(model, 'config', None)
+    for f in ('max_sequence_length', 'max_position_embeddings', 'n_positions'):
+        n = getattr(cfg, f, None)
+        if isinstance(n, int) and n > 0:
+            if _derives_positions(model): n -= (getattr(cfg, 'pad_token_id', None) or 0) + 1   # RoBERTa: positions start after the pad id
+            return n, f
+    return None, None
+
 _PAD_REFUSAL = ("{name} ignores the attention mask, so a left-padded row's logits depend on its padding. For LLaDA this is "
                 "a revision of its modelling code from before LLaDA's attention-mask update (modeling_llada.py calls attention "
                 "with attn_mask=None). Load a revision whose modeling_llada.py applies the attention mask "
@@ -333,7 +352,8 @@ class MDLM:
                  tokenizer=None,                  # the tokenizer, if loaded
                  position_ids:bool|None=None,     # pass position ids for padded batches (None: decide from the model)
                  suppress_mask:bool=True,         # set the logit of `mask_id` to -inf
-                 pads_ok:bool=True):              # False: the model ignores the attention mask; padded batches are refused
+                 pads_ok:bool=True,               # False: the model ignores the attention mask; padded batches are refused
+                 excluded:tuple|None=None):       # ids never proposed besides [MASK] (None: `excluded_ids(tokenizer)`)
         self.model, self.tok, self.kind, self.tokenizer, self.suppress_mask = model, tok, kind, tokenizer, suppress_mask
         self.family, base = _family(kind), _base(model)
         params = inspect.signature(base.forward).parameters
@@ -346,6 +366,10 @@ class MDLM:
         impl = getattr(getattr(base, 'config', None), '_attn_implementation', None)
         self._full_mask = self.family.bidirectional and not self.family.remote and impl != 'flash_attention_2'
         if self.family.lora is not None and not _is_peft(model): self.lora_target_names()  # fail at load time on a wrong family
+        self.n_tokens = None if tokenizer is None else len(tokenizer)   # ids from n_tokens on have no token: never proposed
+        self.excluded = tuple(excluded) if excluded is not None else excluded_ids(tokenizer, self.eos_ids) if tokenizer is not None else ()
+        self._ban = self._ban_key = None
+        self.max_positions, self._pos_field = _max_positions(base)
 
     mask_id = property(lambda self: self.tok.mask_id)
     eos_ids = property(lambda self: self.tok.eos_ids)
@@ -398,6 +422,7 @@ class MDLM:
         "Aligned logits `[B, S, V]` of `ids [B, S]`, with the padding arguments `kw` from `forward_kwargs`"
         roll = kw.get('_roll')
         if roll is not None: kw, ids = {k: v for k, v in kw.items() if k != '_roll'}, ids.gather(1, roll[0])
+        self.check_length(ids.shape[1])
         if self._full_mask and 'attention_mask' not in kw:   # keep `transformers` from building a causal mask
             B, S = ids.shape
             kw = dict(kw, attention_mask=torch.ones(1, 1, 1, 1, dtype=torch.bool, device=ids.device).expand(B, 1, S, S))
@@ -405,15 +430,49 @@ class MDLM:
         lg = out if isinstance(out, Tensor) else out.logits
         if roll is not None: lg = lg.gather(1, roll[1][..., None].expand(-1, -1, lg.shape[-1]))
         if self.family.shift: lg = torch.cat([lg[:, :1], lg[:, :-1]], 1)
-        if self.suppress_mask:
+        ban = self.banned(lg.shape[-1], lg.device)
+        if ban is not None:
+            if lg.requires_grad: lg = lg.masked_fill(ban, -math.inf)
+            else: lg.masked_fill_(ban, -math.inf)
+        elif self.suppress_mask:
             if lg.requires_grad: lg = lg.index_fill(-1, torch.tensor([self.mask_id], device=lg.device), -math.inf)
             else: lg.select(-1, self.mask_id).fill_(-math.inf)
         return lg
 
+    def banned(self, V:int, device=None)->Tensor|None:
+        "[V] bool: the ids whose logit `forward` sets to -inf besides [MASK] ones (None: [MASK] alone, or nothing)"
+        if self._ban_key != (V, device):
+            b = torch.zeros(V, dtype=torch.bool)
+            b[[i for i in self.excluded if 0 <= i < V]] = True
+            if self.n_tokens is not None: b[self.n_tokens:] = True
+            b[[i for i in self.eos_ids if 0 <= i < V]] = False                     # ids that end a completion stay
+            if 0 <= self.mask_id < V: b[self.mask_id] = self.suppress_mask
+            extra = b.clone()
+            if 0 <= self.mask_id < V: extra[self.mask_id] = False
+            self._ban, self._ban_key = (b.to(device) if extra.any() else None), (V, device)
+        return self._ban
+
+    def check_length(self, S:int, # canvas length (prompt + completion)
+                     L:int|None=None # completion length, to name the longest prompt that fits
+                    ):
+        "Raise, naming the lengths that fit, if a canvas of `S` tokens is longer than the model's positions"
+        n = self.max_positions
+        if n is None or S <= n: return
+        fix = f"set max_prompt_len <= {n - L} (or a shorter gen_length)" if L is not None and n > L else f"use a canvas of at most {n} tokens"
+        raise ValueError(f"a canvas of {S} tokens{f' (prompt {S - L} + gen_length {L})' if L is not None else ''} is longer than "
+                         f"the model's {n} positions ({self._pos_field}): {fix}")
+
+    def decode(self, ids, # token ids (a list or a 1-D tensor)
+               skip_special_tokens:bool=True)->str:
+        "The text of `ids`; ids with no token in the tokenizer are dropped, so decoding never raises"
+        if self.tokenizer is None: raise ValueError("decode needs the model's tokenizer: load the model with load_model")
+        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+        return self.tokenizer.decode([int(i) for i in ids if 0 <= int(i) < self.n_tokens], skip_special_tokens=skip_special_tokens)
+
     def logits(self, ids:Tensor,                      # [B, S] int64 canvas
                attention_mask:Tensor|None=None        # [B, S] 1 at real tokens, 0 at left padding
               )->Tensor:                              # [B, S, V] logits; [:, i] predicts token i
-        "Logits of `ids`, aligned so that position i predicts token i, with [MASK] never proposed"
+        "Logits of `ids`, aligned so that position i predicts token i, with [MASK] and the non-text ids (`banned`) never proposed"
         return self.forward(ids, **self.forward_kwargs(attention_mask))
 
     __call__ = logits
@@ -446,6 +505,7 @@ def add_lora(m:MDLM,                 # the adapter to wrap
              r:int=128,              # LoRA rank
              lora_alpha:float=64,    # LoRA scale numerator (scale = alpha / r)
              lora_dropout:float=0.05,# dropout on the LoRA input
+             seed:int=0,             # seed of the LoRA initialisation (the same seed gives bitwise-equal adapters)
              **kwargs                # more `peft.LoraConfig` fields
             )->MDLM:
     "Wrap `m.model` with a peft LoRA adapter on the family's targets; check that exactly those modules were adapted"
@@ -455,11 +515,29 @@ def add_lora(m:MDLM,                 # the adapter to wrap
     if _is_peft(m.model): raise ValueError("the model already has a peft adapter")
     targets = m.lora_target_names()
     cfg = LoraConfig(r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=lora_regex(_base(m.model), m.kind), **kwargs)
-    pm = get_peft_model(m.model, cfg)
+    pm = seeded(seed, lambda: get_peft_model(m.model, cfg), m.device)
     got = [n for n, mod in pm.get_base_model().named_modules() if isinstance(mod, LoraLayer)]
     if got != targets:
         raise RuntimeError(f"peft adapted {len(got)} modules but {len(targets)} were targeted: {sorted(set(got) ^ set(targets))[:5]}")
-    return MDLM(pm, m.tok, m.kind, m.tokenizer, m._position_ids, m.suppress_mask, m.pads_ok)
+    return MDLM(pm, m.tok, m.kind, m.tokenizer, m._position_ids, m.suppress_mask, m.pads_ok, m.excluded)
+
+def check_4bit_grads(model:nn.Module # a model loaded with load_in_4bit
+                    ):
+    "Raise, naming `--load_in_4bit false`, unless a tiny backward through each kind of 4-bit layer gives its input a gradient"
+    import bitsandbytes as bnb
+    kinds = {}
+    for n, mod in model.named_modules():   # one layer per (in, out, bias): bitsandbytes picks its kernel by shape and bias
+        if isinstance(mod, bnb.nn.Linear4bit): kinds.setdefault((mod.in_features, mod.out_features, mod.bias is not None), (n, mod))
+    for n, layer in kinds.values():
+        dev = layer.weight.device
+        x = torch.randn(1, 2, layer.in_features, generator=torch.Generator(dev).manual_seed(0), device=dev,
+                        dtype=layer.compute_dtype or torch.float32).requires_grad_()
+        with torch.enable_grad():
+            y = layer(x)
+            if y.requires_grad: y.float().square().sum().backward()
+        if x.grad is None or not bool(torch.isfinite(x.grad).all()) or not bool(x.grad.abs().sum() > 0):
+            raise RuntimeError(f"load_in_4bit: no gradient flows through bitsandbytes' NF4 layer `{n}` on {dev.type} (LoRA around and "
+                               f"below it would not train); use --load_in_4bit false here, or NF4 on a CUDA GPU")
 
 # %% ../nbs/03_models.ipynb #ckpt0002
 def _blocks(model:nn.Module, kind:str|Family='hf-mlm')->list[nn.Module]:
@@ -468,9 +546,26 @@ def _blocks(model:nn.Module, kind:str|Family='hf-mlm')->list[nn.Module]:
     return [mod for n, mod in model.named_modules() if rx.fullmatch(n)]
 
 def _ckpt_forward(block:nn.Module, *args, **kwargs):
-    "`block`'s own forward, run through `torch.utils.checkpoint` when gradients are being recorded"
+    "`block`'s own forward, run through `torch.utils.checkpoint` when gradients are being recorded, recomputed in the same modes"
     if not torch.is_grad_enabled(): return block._mapg_forward(*args, **kwargs)
-    return checkpoint(block._mapg_forward, *args, use_reentrant=False, **kwargs)
+    mods = list(block.modules())
+    modes = [m.training for m in mods]      # train/eval of every submodule (dropout) as the forward saw them
+    def run(*a, **k):
+        now = [m.training for m in mods]
+        for m, t in zip(mods, modes): m.training = t
+        try: return block._mapg_forward(*a, **k)
+        finally:
+            for m, t in zip(mods, now): m.training = t
+    return checkpoint(run, *args, use_reentrant=False, preserve_rng_state=True, **kwargs)   # the same dropout draws
+
+@contextlib.contextmanager
+def checkpoint_errors():
+    "Turn a `torch.utils.checkpoint.CheckpointError` raised in the body (a backward pass) into one line naming the options"
+    try: yield
+    except CheckpointError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RuntimeError(f"activation checkpointing recomputed a block differently from its forward pass ({first[:120]}): "
+                           f"run with --grad_ckpt false, or with --lora_dropout 0") from None
 
 def checkpoint_blocks(model:nn.Module,        # the (unwrapped) model
                       kind:str|Family='hf-mlm', # a key of `FAMILIES` (or a Family): where the blocks are
@@ -558,7 +653,7 @@ def load_model(name_or_path:str|Path|None=None,  # hub id or local directory (to
                attn_implementation:str|None=None, # None: flash_attention_2 when installed on CUDA, else sdpa
                device:str|torch.device|None=None, # None: cuda if available, else cpu
                mask_id:int|None=None,             # override the family's / tokenizer's [MASK] id
-               seed:int=0,                        # seed of a fresh toy model
+               seed:int=0,                        # seed of a fresh toy model and of the LoRA initialisation
                grad_ckpt:bool=False,              # activation checkpointing of every block (MDLM.set_grad_ckpt)
                toy_size:dict|None=None,           # a fresh toy's size: toy_config arguments (hidden, layers, heads, intermediate)
                revision:str|None=None             # hub revision (branch, tag or commit) of the checkpoint and its code
@@ -573,7 +668,7 @@ def load_model(name_or_path:str|Path|None=None,  # hub id or local directory (to
     if kind == 'toy' and name_or_path in (None, 'toy'):
         with tempfile.TemporaryDirectory() as d:   # through a saved checkpoint, so the toy loads like any other model
             save_toy(d, seed, model=toy_model(seed, **(toy_size or {})))
-            return load_model(d, 'toy', dtype, load_in_4bit, lora, attn_implementation, device, mask_id, grad_ckpt=grad_ckpt)
+            return load_model(d, 'toy', dtype, load_in_4bit, lora, attn_implementation, device, mask_id, seed, grad_ckpt=grad_ckpt)
     if name_or_path is None: raise ValueError(f"name_or_path is required for kind={kind!r}")
     if toy_size: raise ValueError("toy_size sizes a fresh toy model: pass name_or_path=None, kind='toy'")
     rev = {'revision': revision} if revision else {}
@@ -590,7 +685,9 @@ def load_model(name_or_path:str|Path|None=None,  # hub id or local directory (to
     tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=fam.remote, **rev)
     m = MDLM(model.eval(), _family_tok(tokenizer, fam, mask_id), kind, tokenizer)
     if fam.remote: m.pads_ok = padding_honoured(m)
-    if lora: m = add_lora(m, **({} if lora is True else dict(lora)))
+    if lora:
+        if load_in_4bit: check_4bit_grads(model)   # training needs gradients through the NF4 layers
+        m = add_lora(m, **{'seed': seed, **({} if lora is True else dict(lora))})
     if grad_ckpt: m.set_grad_ckpt(True)
     return m
 
@@ -600,7 +697,7 @@ STANDIN_CODE = {'llada': ('configuration_llada', 'LLaDAConfig', 'modeling_llada'
 
 def save_standin(m:MDLM,              # a stand-in behind the adapter (tiny_llada, tiny_dream)
                  path:str|Path,       # folder to write
-                 tokenizer=None       # tokenizer to save with it (None: `m.tokenizer`, else the toy tokenizer)
+                 tokenizer=None       # tokenizer to save with it (None: `m.tokenizer`, else the toy tokenizer; 'family': `save_tokenizer_standin`)
                 )->Path:
     "Save a stand-in as its family's checkpoints are published: weights, remote code named by `auto_map`, tokenizer"
     if m.kind not in STANDIN_CODE: raise ValueError(f"no remote-code layout for kind={m.kind!r}: expected one of {sorted(STANDIN_CODE)}")
@@ -615,8 +712,136 @@ def save_standin(m:MDLM,              # a stand-in behind the adapter (tiny_llad
     cfg = json.loads((path/'config.json').read_text())
     cfg.update(architectures=[mdl_cls], auto_map={'AutoConfig': f'{cfg_mod}.{cfg_cls}', 'AutoModel': f'{mdl_mod}.{mdl_cls}'})
     (path/'config.json').write_text(json.dumps(cfg, indent=2, sort_keys=True))
-    (tokenizer or m.tokenizer or toy_tokenizer()).save_pretrained(path)
+    if isinstance(tokenizer, str) and tokenizer == 'family': save_tokenizer_standin(m.kind, path)
+    else: (tokenizer or m.tokenizer or toy_tokenizer()).save_pretrained(path)
     return path
+
+# %% ../nbs/03_models.ipynb #tiny0002
+LLADA_TOKENS, DREAM_TOKENS = 126080, 151643   # ordinary (non-added) tokens of the real tokenizers; added tokens follow
+
+def _llada_specials()->dict:
+    "LLaDA-8B-Instruct's added tokens, {id: (content, special)}: all special, ids 126080..126348"
+    named = {126080: '<|startoftext|>', 126081: '<|endoftext|>', 126082: '[CLS]', 126083: '[gMASK]', 126336: '<|mdm_mask|>',
+             126340: '<role>', 126341: '</role>', 126342: '<|arithmetic_start|>', 126343: '<|arithmetic_end|>',
+             126344: '<|number_start|>', 126345: '<|number_end|>', 126346: '<|start_header_id|>', 126347: '<|end_header_id|>',
+             126348: '<|eot_id|>'}
+    return {i: (named.get(i, f'<|reserved_token_{i - 126084}|>'), True) for i in range(126080, 126349)}
+
+def _dream_specials()->dict:
+    "Dream-v0-Instruct-7B's added tokens, {id: (content, special)}: Qwen2.5's, then `<|beginoftext|>` and `<|mask|>`"
+    names = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<|object_ref_start|>', '<|object_ref_end|>', '<|box_start|>',
+             '<|box_end|>', '<|quad_start|>', '<|quad_end|>', '<|vision_start|>', '<|vision_end|>', '<|vision_pad|>',
+             '<|image_pad|>', '<|video_pad|>', '<tool_call>', '</tool_call>', '<|fim_prefix|>', '<|fim_middle|>',
+             '<|fim_suffix|>', '<|fim_pad|>', '<|repo_name|>', '<|file_sep|>', '<|beginoftext|>', '<|mask|>']
+    return {151643 + i: (t, not 14 <= i <= 21) for i, t in enumerate(names)}   # tool-call and fill-in-the-middle tokens are text
+
+LLADA_CHAT_TEMPLATE = ("{% for message in messages %}{% if loop.first %}{{ bos_token }}{% endif %}<|start_header_id|>"
+                       "{{ message['role'] }}<|end_header_id|>\n\n{{ message['content'] | trim }}<|eot_id|>{% endfor %}"
+                       "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}")
+DREAM_CHAT_TEMPLATE = ("{% for message in messages %}{% if loop.first and message['role'] != 'system' %}<|im_start|>system\n"
+                       "You are a helpful assistant.<|im_end|>\n{% endif %}<|im_start|>{{ message['role'] }}\n"
+                       "{{ message['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+def _byte_vocab(n:int)->dict:
+    "A byte-level vocabulary of `n` tokens: the 256 byte symbols (any text encodes, one token per byte), then fillers"
+    from tokenizers.pre_tokenizers import ByteLevel
+    v = {c: i for i, c in enumerate(sorted(ByteLevel.alphabet()))}
+    v.update({f'<{i}>': i for i in range(len(v), n)})
+    return v
+
+def _fast_standin(n:int, sp:dict, template:str, **names):
+    "A byte-level `PreTrainedTokenizerFast`: `n` ordinary tokens, then the added tokens `sp` {id: (content, special)} on their ids"
+    from tokenizers import Tokenizer, AddedToken, models, pre_tokenizers, decoders
+    from transformers import PreTrainedTokenizerFast
+    tk = Tokenizer(models.BPE(_byte_vocab(n), [], fuse_unk=False))
+    tk.pre_tokenizer, tk.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True), decoders.ByteLevel()
+    if sorted(sp) != list(range(n, n + len(sp))): raise ValueError(f"added tokens must take the ids {n}..{n + len(sp) - 1}")
+    tk.add_special_tokens([AddedToken(sp[i][0], special=sp[i][1], normalized=False) for i in sorted(sp)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, clean_up_tokenization_spaces=False, **names)
+    tok.chat_template = template
+    return tok
+
+def save_tokenizer_standin(kind:str,                  # 'llada' | 'dream'
+                           path:str|Path,             # folder to write
+                           code_dir:str|Path|None=None # the family's real remote-code folder (its tokenizer files and code are used)
+                          )->Path:
+    "Write a tokenizer with the real one's size, every real added token on its real id, byte-level ordinary tokens, a chat template"
+    path, code = Path(path), Path(code_dir) if code_dir else None
+    path.mkdir(parents=True, exist_ok=True)
+    if kind == 'llada':
+        real = json.loads((code/'tokenizer_config.json').read_text()) if code and (code/'tokenizer_config.json').exists() else None
+        sp = ({int(i): (t['content'], t['special']) for i, t in real['added_tokens_decoder'].items()} if real else _llada_specials())
+        _fast_standin(LLADA_TOKENS, sp, real['chat_template'] if real else LLADA_CHAT_TEMPLATE, bos_token='<|startoftext|>',
+                      eos_token='<|endoftext|>', pad_token='<|endoftext|>', cls_token='[CLS]').save_pretrained(path)
+        if real:                           # the real tokenizer_config.json and special_tokens_map.json, over the ones just written
+            for f in ('tokenizer_config.json', 'special_tokens_map.json'):
+                if (code/f).exists(): shutil.copy(code/f, path/f)
+        return path
+    if kind != 'dream': raise ValueError(f"no tokenizer stand-in for kind={kind!r}: expected 'llada' or 'dream'")
+    names = dict(bos_token='<|beginoftext|>', eos_token='<|endoftext|>', pad_token='<|endoftext|>', mask_token='<|mask|>')
+    if code is None or not (code/'tokenization_dream.py').exists():   # no Dream code: a fast tokenizer with the same ids
+        _fast_standin(DREAM_TOKENS, _dream_specials(), DREAM_CHAT_TEMPLATE, **names).save_pretrained(path)
+        return path
+    (path/'vocab.json').write_text(json.dumps(_byte_vocab(DREAM_TOKENS), ensure_ascii=False))   # Dream's own (slow) tokenizer
+    (path/'merges.txt').write_text('#version: 0.2\n')
+    shutil.copy(code/'tokenization_dream.py', path/'tokenization_dream.py')
+    added = {str(i): dict(content=t, special=s, lstrip=False, rstrip=False, normalized=False, single_word=False)
+             for i, (t, s) in _dream_specials().items()}
+    cfg = dict(added_tokens_decoder=added, **names, unk_token=None, chat_template=DREAM_CHAT_TEMPLATE, clean_up_tokenization_spaces=False,
+               errors='replace', split_special_tokens=False, model_max_length=131072, tokenizer_class='DreamTokenizer',
+               auto_map={'AutoTokenizer': ['tokenization_dream.DreamTokenizer', None]})
+    (path/'tokenizer_config.json').write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
+    return path
+
+# %% ../nbs/03_models.ipynb #tiny0004
+def _tiny_config(kind:str, code:Path, hidden:int, layers:int, heads:int, intermediate:int|None, max_positions:int|None)->dict:
+    "The real config.json (LLaDA) or the real Dream fields, with width and depth (and, when asked, positions) shrunk"
+    if kind == 'llada':
+        cfg = json.loads((code/'config.json').read_text())
+        cfg.update(d_model=hidden, n_layers=layers, n_heads=heads, n_kv_heads=heads, mlp_hidden_size=intermediate or 3 * hidden)
+        if max_positions: cfg['max_sequence_length'] = max_positions
+        return cfg
+    return dict(architectures=['DreamModel'], auto_map={'AutoConfig': 'configuration_dream.DreamConfig', 'AutoModel': 'modeling_dream.DreamModel'},
+                model_type='Dream', vocab_size=152064, bos_token_id=151643, eos_token_id=151643, pad_token_id=151643,
+                mask_token_id=151666, rope_theta=1000000.0, rope_scaling=None, tie_word_embeddings=False, use_sliding_window=False,
+                sliding_window=None, max_window_layers=layers, hidden_act='silu', rms_norm_eps=1e-06, initializer_range=0.02,
+                attention_dropout=0.0, use_cache=False, torch_dtype='bfloat16', max_position_embeddings=max_positions or 131072,
+                hidden_size=hidden, intermediate_size=intermediate or 3 * hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, num_key_value_heads=max(1, heads // 2))   # grouped-query attention, as Qwen2.5-7B's
+
+def tiny_remote_checkpoint(kind:str,                   # 'llada' | 'dream'
+                           code_dir:str|Path,          # the family's unmodified remote-code folder (modelling, configuration files)
+                           out_dir:str|Path,           # folder to write the checkpoint to
+                           hidden:int=32,              # width (d_model / hidden_size)
+                           layers:int=2,               # depth
+                           heads:int=4,                # attention heads (Dream: half as many key/value heads)
+                           intermediate:int|None=None, # feed-forward width (None: 3 * hidden)
+                           max_positions:int|None=None,# shrink LLaDA's max_sequence_length / Dream's max_position_embeddings (None: real)
+                           seed:int=0                  # seed of the random weights
+                          )->Path:
+    "A tiny random checkpoint that runs family `kind`'s real remote code: real vocabulary, special ids and fields, small sizes"
+    if kind not in STANDIN_CODE: raise ValueError(f"tiny_remote_checkpoint builds {sorted(STANDIN_CODE)}, not kind={kind!r}")
+    code, out = Path(code_dir), Path(out_dir)
+    cfg_mod, _, mdl_mod, mdl_cls = STANDIN_CODE[kind]
+    need = [f'{cfg_mod}.py', f'{mdl_mod}.py'] + (['config.json'] if kind == 'llada' else [])
+    missing = [f for f in need if not (code/f).exists()]
+    if missing: raise FileNotFoundError(f"{code} lacks {missing}: pass the folder that holds {kind}'s remote code")
+    out.mkdir(parents=True, exist_ok=True)
+    for f in code.glob('*.py'): shutil.copy(f, out/f.name)                  # the remote code, copied at build time
+    (out/'config.json').write_text(json.dumps(_tiny_config(kind, code, hidden, layers, heads, intermediate, max_positions), indent=2))
+    gen = code/'generation_config.json'
+    if gen.exists(): shutil.copy(gen, out/gen.name)
+    else: (out/gen.name).write_text(json.dumps(dict(bos_token_id=151643, eos_token_id=151643, pad_token_id=151643, mask_token_id=151666)))
+    import transformers
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+    from safetensors.torch import save_model
+    config = transformers.AutoConfig.from_pretrained(out, trust_remote_code=True)
+    cls = get_class_from_dynamic_module(f'{mdl_mod}.{mdl_cls}', str(out))
+    model = seeded(seed, lambda: cls(config, init_params=True) if kind == 'llada' else cls(config))   # LLaDA initialises only when asked
+    save_model(model.float(), str(out/'model.safetensors'), metadata={'format': 'pt'})
+    save_tokenizer_standin(kind, out, code)
+    return out
+
 
 # %% ../nbs/03_models.ipynb #33e020ec
 def llada_shaped(hidden:int=4096, layers:int=32, heads:int=32, intermediate:int=12288, vocab_size:int=126464,

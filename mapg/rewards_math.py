@@ -90,26 +90,37 @@ def have_math_verify()->bool:
     return _mv()
 
 def _mv_serve():
-    "Helper side: answer `(pred, gold, timeout)` requests on stdin with one byte each (`1` equal, `0` not), logs silenced"
-    import logging, marshal, os, sys
+    "Helper side: warm up, then answer `(pred, gold, cpu)` requests on stdin with one byte each (`1` equal, `0` not)"
+    import logging, os, resource, signal, sys, marshal
     logging.disable(logging.CRITICAL)
     import math_verify as mv
+    class OutOfCPU(BaseException): "Past the request's CPU budget (a BaseException: math-verify's own handlers let it by)"
+    def on_prof(*a): raise OutOfCPU()
+    signal.signal(signal.SIGPROF, on_prof)
+    def equal(pred, gold, cpu):
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]   # backstop: past it the kernel ends the helper (SIGXCPU)
+        soft = int(r.ru_utime + r.ru_stime + cpu) + 2
+        resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+        signal.setitimer(signal.ITIMER_PROF, cpu)          # CPU seconds of this process: the machine's load does not count
+        try:
+            g = mv.parse('\\boxed{' + gold + '}', parsing_timeout=0)   # 0: no wall-clock alarm of math-verify's own
+            p = mv.parse('\\boxed{' + pred + '}', parsing_timeout=0)
+            return bool(g and p and mv.verify(g, p, timeout_seconds=None))
+        except BaseException: return False
+        finally: signal.setitimer(signal.ITIMER_PROF, 0)
+    equal('\\frac{1}{2}\\sqrt{3}', '\\frac{\\sqrt{3}}{2}', 600.)   # warm: imports and first-parse caches, before any timed call
     os.write(1, b'R')
     while True:
         n = sys.stdin.buffer.read(4)
         if len(n) < 4: os._exit(0)
-        pred, gold, t = marshal.loads(sys.stdin.buffer.read(int.from_bytes(n, 'big')))
-        try:
-            g = mv.parse('\\boxed{' + gold + '}', parsing_timeout=t)
-            p = mv.parse('\\boxed{' + pred + '}', parsing_timeout=t)
-            ok = bool(g and p and mv.verify(g, p, timeout_seconds=t))
-        except BaseException: ok = False
-        os.write(1, b'1' if ok else b'0')
+        pred, gold, cpu = marshal.loads(sys.stdin.buffer.read(int.from_bytes(n, 'big')))
+        os.write(1, b'1' if equal(pred, gold, cpu) else b'0')
 
 class _MathWorker:
-    "One helper process per trainer process running `math-verify`: any thread may ask; a call past its time kills it"
-    def __init__(self):
-        self.p, self.pid, self.lock, self.dead = None, None, threading.Lock(), False
+    "One helper process per trainer process running `math-verify`: any thread may ask; CPU-bounded, with a wall-clock safety net"
+    def __init__(self, ceiling:float=120.):
+        self.p, self.pid, self.lock, self.dead, self.ceiling = None, None, threading.Lock(), False, ceiling
         if hasattr(os, 'register_at_fork'): os.register_at_fork(after_in_child=self._forked)
     def _forked(self): self.p, self.lock = None, threading.Lock()   # a forked process starts its own helper
     def _start(self):
@@ -118,7 +129,7 @@ class _MathWorker:
         self.p = subprocess.Popen([sys.executable, '-c', src], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, env=env, start_new_session=True)
         self.pid = os.getpid()
-        if not self._read(60.): self._stop(); self.dead = True   # math-verify would not even import: use the fallback
+        if not self._read(600.): self._stop(); self.dead = True   # math-verify would not even import: use the fallback
     def _read(self, wait:float)->bytes:
         r = select.select([self.p.stdout], [], [], wait)[0]
         return os.read(self.p.stdout.fileno(), 1) if r else b''
@@ -131,11 +142,11 @@ class _MathWorker:
             if self.dead: return False
             if self.p is None or self.pid != os.getpid() or self.p.poll() is not None: self._start()
             if self.p is None: return False
-            msg = marshal.dumps((pred, gold, timeout))
+            msg = marshal.dumps((pred, gold, 3. * timeout))   # two parses and a comparison: 3 x `timeout` CPU seconds
             try: self.p.stdin.write(len(msg).to_bytes(4, 'big') + msg); self.p.stdin.flush()
             except OSError: self._stop(); return False
             t0 = time.monotonic()
-            a = self._read(3 * timeout + 2)   # two parses and a comparison, each bounded by `timeout` in the helper
+            a = self._read(self.ceiling)
             if a not in (b'0', b'1'):
                 self._stop()
                 _log.warning("math-verify gave no answer within %.1f s (answers of %d and %d characters): counted as "
@@ -146,13 +157,13 @@ class _MathWorker:
 _WORKER = _MathWorker()
 
 def _mv_equal(pred:str, gold:str, timeout:int)->bool:
-    "Symbolic equality by `math-verify`, in the helper process: the same answer from any thread, bounded wall-clock time"
+    "Symbolic equality by `math-verify`, in the helper process: the same answer from any thread and under any load"
     return _mv() and _WORKER.equal(pred, gold, timeout)
 
 # %% ../nbs/09_rewards_math.ipynb #74efc954
 def math_equal(pred:str|None,       # the model's answer (content of its last `\boxed{}`), None if it gave none
                gold:str,            # the reference answer
-               timeout:int=3,       # seconds for each `math-verify` parse and comparison
+               timeout:float=3,     # CPU seconds for each `math-verify` parse and comparison (3 x in all)
                use_math_verify:bool=True # also try the symbolic check (when installed; it runs in a helper process)
               )->bool:
     "Whether `pred` is an equivalent answer to `gold` (normal form, exact numbers, then `math-verify`); never raises"

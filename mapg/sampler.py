@@ -140,7 +140,7 @@ class _Sampler:
             self.pending.remove(seg)
 
     def rollout(self)->Rollout:
-        "The records as a `Rollout` of ordinary tensors (call outside inference mode)"
+        "The records as a `Rollout` of tensors of their own"
         c = lambda x: None if x is None else x.clone()
         return Rollout(c(self.ids), c(self.attn), self.P, c(self.unmask_step), c(self.unmask_rank), c(self.logp_token),
                        c(self.logp_pos), self.cfg, self.model.mask_id, c(self.proposals), c(self.logp_prop),
@@ -167,8 +167,9 @@ def generate(model,                               # an MDLM adapter (mask_id, fo
     if stepmerge_segments is not None and not (isinstance(stepmerge_segments, int) and 1 <= stepmerge_segments <= steps):
         raise ValueError(f"stepmerge_segments={stepmerge_segments!r} must be an integer between 1 and steps={steps}")
     ids, attn, P = _canvas(prompt_ids, attention_mask, gen_length, model.mask_id, model.device)
+    if hasattr(model, 'check_length'): model.check_length(ids.shape[1], gen_length)   # before any forward pass
     gen = _check_gen(generator, ids.device)
-    with eval_mode(model.model), torch.inference_mode():
+    with eval_mode(model.model), torch.no_grad():   # not inference_mode: caches a model builds here may later enter a backward pass
         s = _Sampler(model, ids, attn, P, cfg, gen, stepmerge_segments)
         for t in _progress(range(1, cfg.steps + 1), progress): s.step(t, s.forward())
     return s.rollout()

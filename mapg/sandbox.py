@@ -19,7 +19,7 @@ class SandboxCfg:
     "Resource limits and isolation switches for one sandboxed run"
     timeout:float=10.           # wall-clock seconds for the whole run (program and all its tests)
     cpu:float|None=None         # CPU seconds per process (None: `timeout`)
-    memory:int=1<<30            # address-space bytes per process (RLIMIT_AS)
+    memory:int=1<<30            # address-space bytes per process (RLIMIT_AS); the run's total where a memory cgroup exists
     nproc:int=8                 # processes (and threads) the sandbox uid may hold at once (RLIMIT_NPROC)
     fsize:int=16<<20            # largest file the program may write, its output included (RLIMIT_FSIZE)
     disk:int=64<<20             # bytes the private work dir (a tmpfs) may hold in all
@@ -148,6 +148,13 @@ def _sbx_unshare(job, libc, iso):
     for k in got: iso[k] = True
     if iso['netns']:
         with open('/proc/self/net/dev') as fh: iso['netns'] = len(fh.readlines()) <= 3   # header + `lo` only
+    if iso['ipcns']:   # the new IPC namespace's own limits: 16 MiB of SysV shared memory, 16 small queues, few semaphores
+        lim = dict(shmmax=16 << 20, shmall=4096, shmmni=16, msgmni=16, msgmnb=16384, sem='32 512 32 16')
+        try:
+            for k, v in lim.items():
+                with open(f'/proc/sys/kernel/{k}', 'w') as fh: fh.write(str(v))
+            iso['ipc_limits'] = True
+        except OSError: iso['ipc_limits'] = False
 
 # %% ../nbs/08_sandbox.ipynb #ac147ded
 def _sbx_root(job, libc, iso):
@@ -175,7 +182,7 @@ def _sbx_root(job, libc, iso):
         std = os.path.dirname(os.__file__)
         libdir = os.path.join(sys.base_prefix, 'lib')
         ro = ['/lib', '/lib64', '/lib32', '/usr/lib', '/usr/lib64', '/usr/lib32', '/etc/ld.so.cache',
-              libdir if std.startswith(libdir + os.sep) else std]
+              libdir if std.startswith(libdir + os.sep) else std] + list(job.get('ro', ()))
         done = []
         for p in ro:   # system libraries first: the interpreter's dir is skipped when one of them holds it
             if not os.path.lexists(p): continue
@@ -192,7 +199,8 @@ def _sbx_root(job, libc, iso):
             mount(p, nr + p, None, BIND)
             mount(None, nr + p, None, REMOUNT | BIND | RDONLY | NOSUID | NODEV | flags_of(os.path.realpath(p)))
         sp = nr + std + '/site-packages'     # the base interpreter's own third-party packages stay out of view
-        if os.path.isdir(sp): mount('tmpfs', sp, 'tmpfs', RDONLY | NOSUID | NODEV, 'size=4k,nr_inodes=2,mode=0555')
+        if os.path.isdir(sp) and std + '/site-packages' not in job.get('ro', ()):
+            mount('tmpfs', sp, 'tmpfs', RDONLY | NOSUID | NODEV, 'size=4k,nr_inodes=2,mode=0555')
         os.makedirs(nr + '/dev', 0o755)
         for d in ('null', 'zero', 'random', 'urandom'):
             os.close(os.open(nr + '/dev/' + d, os.O_CREAT | os.O_WRONLY, 0o644)); mount('/dev/' + d, nr + '/dev/' + d, None, BIND)
@@ -227,6 +235,46 @@ def _sbx_fs(job, libc, iso):
     iso['readonly_fs'] = failed == 0
     os.chdir(job['work'])
 
+# %% ../nbs/08_sandbox.ipynb #5ecc0b9f
+def _sbx_seccomp(libc):
+    "Child side, last step: a seccomp filter that denies the calls a scoring program never needs; True if installed"
+    import ctypes, os, struct
+    arch = os.uname().machine
+    # (AUDIT_ARCH, clone, clone3, fcntl, denied calls) from the kernel's syscall tables
+    if arch == 'x86_64':
+        aa, clone, fcntl, deny = 0xC000003E, 56, 72, [101, 310, 311, 250, 248, 249, 73, 319, 447, 253, 294, 300, 240, 323,
+            321, 298, 425, 426, 427, 272, 308, 165, 166, 155, 161, 246, 320, 175, 313, 176, 312, 303, 304, 438, 428, 429,
+            430, 431, 432, 433, 442, 167, 168, 169, 163, 179, 103, 212]
+    elif arch == 'aarch64':
+        aa, clone, fcntl, deny = 0xC00000B7, 220, 25, [117, 270, 271, 219, 217, 218, 32, 279, 447, 26, 262, 180, 282,
+            280, 241, 425, 426, 427, 97, 268, 40, 39, 41, 51, 104, 294, 105, 273, 106, 272, 264, 265, 438, 428, 429, 430,
+            431, 432, 433, 442, 224, 225, 142, 89, 60, 116, 18]
+    else: return False
+    ALLOW, EPERM, ENOSYS, KILL = 0x7fff0000, 0x50001, 0x50026, 0x80000000
+    LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
+    NS = 0x7E020000      # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+    LOCKS = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)   # F_GETLK F_SETLK F_SETLKW F_OFD_*, F_SETLEASE F_GETLEASE F_NOTIFY
+    prog = [(LD, 0, 0, 4), (JEQ, 1, 0, aa), (RET, 0, 0, KILL), (LD, 0, 0, 0)]
+    tests = [(n, 'deny') for n in deny] + [(fcntl, 'fcntl'), (clone, 'clone'), (435, 'nosys')]
+    if arch == 'x86_64': tests.insert(0, (0x40000000, 'deny'))   # the x32 ABI: every number from here on
+    at, body = {}, []
+    n_head = len(prog) + len(tests) + 1
+    def block(name, ins): at[name] = n_head + len(body); body.extend(ins)
+    block('deny', [(RET, 0, 0, EPERM)])
+    block('nosys', [(RET, 0, 0, ENOSYS)])
+    block('fcntl', [(LD, 0, 0, 24)] + [(JEQ, len(LOCKS) - i, 0, c) for i, c in enumerate(LOCKS)] + [(RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)])
+    block('clone', [(LD, 0, 0, 16), (JSET, 0, 1, NS), (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW)])
+    for i, (nr, to) in enumerate(tests):
+        here = len(prog) + 1
+        prog.append((JGE if nr == 0x40000000 else JEQ, at[to] - here, 0, nr))
+    prog.append((RET, 0, 0, ALLOW))
+    prog += body
+    buf = ctypes.create_string_buffer(b''.join(struct.pack('HBBI', *i) for i in prog))
+    class Prog(ctypes.Structure): _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.c_void_p)]
+    fp = Prog(len(prog), ctypes.addressof(buf))
+    return libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0   # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+
+
 # %% ../nbs/08_sandbox.ipynb #ae4a80ff
 def _sbx_isolate(job):
     "Child side: namespaces and root, rlimits, then PID 1 and the worker under `job['uid']`; returns (in the worker) what was applied"
@@ -234,7 +282,8 @@ def _sbx_isolate(job):
     try: libc = ctypes.CDLL(None, use_errno=True)
     except OSError: libc = None
     root = os.geteuid() == 0
-    iso = dict(netns=False, pidns=False, ipcns=False, mountns=False, minimal_root=False, work_tmpfs=False, readonly_fs=False)
+    iso = dict(netns=False, pidns=False, ipcns=False, mountns=False, minimal_root=False, work_tmpfs=False, readonly_fs=False,
+               seccomp=False)
     if root:   # root of a user namespace that does not map the run's uid (a container): `nobody` instead
         try:
             with open('/proc/self/uid_map') as fh: ranges = [[int(x) for x in l.split()] for l in fh]
@@ -247,7 +296,7 @@ def _sbx_isolate(job):
     if not iso['minimal_root']: os.chdir(job['work'])
     cpu = max(1, int(job['cpu'] + 0.999))
     lim = dict(AS=(job['memory'],) * 2, FSIZE=(job['fsize'],) * 2, NOFILE=(job['nofile'],) * 2, CORE=(0, 0),
-               NPROC=(job['nproc'],) * 2, CPU=(cpu, cpu + 1))
+               NPROC=(job['nproc'],) * 2, CPU=(cpu, cpu + 1), MSGQUEUE=(0, 0))
     for k, (soft, hard) in lim.items():   # never above a hard limit we already have (a non-root caller cannot raise it)
         r = getattr(resource, 'RLIMIT_' + k, None)
         if r is None: continue
@@ -268,6 +317,7 @@ def _sbx_isolate(job):
         iso['no_new_privs'] = libc.prctl(38, 1, 0, 0, 0) == 0   # PR_SET_NO_NEW_PRIVS: setuid binaries gain nothing
         libc.prctl(1, 9, 0, 0, 0)                                # PR_SET_PDEATHSIG: SIGKILL when the parent dies
     if iso['pidns']: _sbx_init(job)          # only the worker returns
+    iso['seccomp'] = bool(iso['no_new_privs'] and _sbx_seccomp(libc))
     std = os.path.dirname(os.__file__)
     if not os.access(std, os.R_OK | os.X_OK):
         raise PermissionError(f'the sandbox uid cannot read the standard library at {std}: use an interpreter that '
@@ -316,11 +366,11 @@ def _sbx_init(job):
 
 # %% ../nbs/08_sandbox.ipynb #a5a2277f
 def _sbx_main():
-    "Child side: read the job, isolate, run the program; then run the in-sandbox checks (`run_program`) or serve calls (`judge`)"
+    "Child side: read the job, isolate; run the program, then its in-sandbox checks (`run_program`) or serve calls; or judge"
     import os, sys, marshal, _signal as signal
     job = marshal.loads(sys.stdin.buffer.read())
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    _write, _exec, _compile, _dict, fd, tok = os.write, exec, compile, dict, job['fd'], job['token']
+    _write, _exec, _compile, _dict, fd, tok = os.write, exec, compile, dict, job.get('fd'), job['token']
     enc, dec, send_msg = _sbx_codec()
     serve = job['mode'] == 'serve'
     def send(s):
@@ -330,9 +380,13 @@ def _sbx_main():
         try:
             import traceback; traceback.print_exc(limit=-3)
         except BaseException: pass   # e.g. the output file is full
+    judge = job['mode'] == 'judge'
     try: iso = _sbx_isolate(job)
     except BaseException as e:
-        send(('X', f'{type(e).__name__}: {e}')); os._exit(3)
+        if judge: _write(job['out'], f"{tok} X {type(e).__name__}: {e}".replace('\n', ' ').encode() + b'\n')
+        else: send(('X', f'{type(e).__name__}: {e}'))
+        os._exit(3)
+    if judge: _jdg_main(job, iso)   # never returns
     send(('I', repr(iso)))
     sys.dont_write_bytecode = True
     class CaseTimeout(BaseException): pass
@@ -380,8 +434,12 @@ def _sbx_serve(job, ns, ok, enc, dec, send_msg):
         return k
     def inner(v): raise TypeError(f'a {type(v).__name__} inside a result cannot cross')
     def reply(msg):
+        for f in (sys.stdout, sys.stderr):   # the program's output reaches its file before each answer
+            try: f.flush()
+            except BaseException: pass
         try: text = enc(msg, ref, cap)
-        except BaseException as e: text = enc((msg[0], 'E', 'ValueError', f'the result cannot cross: {type(e).__name__}'[:200]), ref, cap)
+        except BaseException as e:
+            text = enc((msg[0], 'E', 'ValueError', f'the result cannot cross: {type(e).__name__}'[:200]), ref, cap)
         send_msg(fd, text)
     def read(n):
         b = b''
@@ -390,18 +448,14 @@ def _sbx_serve(job, ns, ok, enc, dec, send_msg):
             if not c: os._exit(0)   # the judge is done
             b += c
         return b
-    values, objs, mods, origin = {}, {}, {}, {}
+    values, objs = {}, {}
     for k, v in list(ns.items()) if ok else []:
         if type(k) is not str or k.startswith('__'): continue
-        try:
-            if type(v) is type(sys): mods[k] = str(v.__name__)[:100]; continue
-            try: enc(v, ref, 1 << 12); values[k] = v    # small plain constants cross as values, the rest as numbers
-            except BaseException:
-                objs[k] = ref(v)
-                m, q = getattr(v, '__module__', None), getattr(v, '__qualname__', None)
-                if type(m) is str and type(q) is str: origin[k] = (m[:100], q[:100])
+        try:    # small plain constants cross as values, everything else (modules, functions, classes) as numbers
+            try: enc(v, ref, 1 << 12); values[k] = v
+            except BaseException: objs[k] = ref(v)
         except BaseException: pass
-    reply((0, 'S', ok, values, objs, mods, origin))
+    reply((0, 'S', ok, values, objs))
     timeout = job['case_timeout']
     while True:
         text = read(int.from_bytes(read(4), 'big')).decode('utf-8', 'surrogatepass')
@@ -413,7 +467,7 @@ def _sbx_serve(job, ns, ok, enc, dec, send_msg):
             try: r = target(*a, **k) if op == 'call' else getattr(target, a[0])
             finally:
                 if timeout: signal.setitimer(signal.ITIMER_REAL, 0)
-            if op == 'call' and r is None and enc((a, k), ref, cap) != before: reply((seq, 'W', a, k))  # arguments changed in place
+            if op == 'call' and r is None and enc((a, k), ref, cap) != before: reply((seq, 'W', a, k))  # changed in place
             else:
                 enc(r, lambda v: 0 if v is r else inner(v), cap)   # a result is all plain data, or itself a handle
                 reply((seq, 'R', r))
@@ -427,16 +481,45 @@ _PURE = ('math', 'cmath', 're', 'string', 'itertools', 'functools', 'operator', 
          'statistics', 'fractions', 'decimal', 'typing', 'random', 'datetime', 'copy', 'json', 'array', 'textwrap',
          'unicodedata', 'numbers', 'enum', 'dataclasses', 'calendar', 'hashlib', 'struct')
 
-def _jdg_main():
-    "Judge side (trusted, not sandboxed): run the dataset's tests here; every call of the program's objects goes to the sandbox"
-    import os, sys, marshal, select, _signal as signal, time, builtins, importlib, types
-    job = marshal.loads(sys.stdin.buffer.read())
+def _jdg_names(tests)->tuple:
+    "`(loaded, bound)`: the names the test sources read, and every name they bind anywhere (imports, defs, targets, args)"
+    import ast
+    loaded, bound = set(), set()
+    for src in tests:
+        try: tree = ast.parse(src)
+        except (SyntaxError, ValueError, MemoryError, RecursionError): continue
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Name): (loaded if isinstance(n.ctx, ast.Load) else bound).add(n.id)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                bound |= {a.asname or a.name.split('.')[0] for a in n.names if a.name != '*'}
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): bound.add(n.name)
+            elif isinstance(n, ast.arg): bound.add(n.arg)
+            elif isinstance(n, ast.ExceptHandler) and n.name: bound.add(n.name)
+            elif isinstance(n, (ast.Global, ast.Nonlocal)): loaded |= set(n.names)
+    return loaded, bound
+
+
+# %% ../nbs/08_sandbox.ipynb #7e1d9c33
+def _jdg_main(job, iso):
+    "Judge side (trusted code, confined like the sandbox): run the dataset's tests; each call of the program's objects goes to the sandbox"
+    import os, sys, _signal as signal, builtins, importlib, types
     sys.path.extend(job['path'])
     enc, dec, send_msg = _sbx_codec()
     out, req, resp, cap, tok, entry = job['out'], job['req'], job['resp'], job['max_value'], job['token'], job['entry_point']
     def report(s): os.write(out, f'{tok} {s}\n'.encode())
+    report('J ' + repr(iso))
     class SandboxGone(Exception): "The sandbox stopped answering (exited, or broke the protocol)"
-    class RemoteError(Exception): "The program raised an exception that is not a built-in one"
+    class RemoteError(Exception):
+        "An exception the program raised: its type's name and message, as data (`remote_type`, `remote_message`)"
+        def __init__(self, name, msg):
+            super().__init__(msg); self.remote_type, self.remote_message = name, msg
+    REMOTE = {}   # built-in name -> a RemoteError subclass that is also that built-in (so `pytest.raises(ValueError)` works)
+    for name, c in vars(builtins).items():
+        if not (isinstance(c, type) and issubclass(c, Exception)) or issubclass(c, (StopIteration, StopAsyncIteration)): continue
+        for b in c.__mro__:
+            try:
+                k = type(b.__name__, (RemoteError, b), {}); k('t', 'm'); REMOTE[name] = k; break
+            except Exception: continue
     class CaseTimeout(BaseException): pass
     state = dict(buf=b'', dead=None, seq=0)
     def recv():
@@ -464,21 +547,16 @@ def _jdg_main():
         def __ne__(self, o): return self is not o
         __hash__ = object.__hash__
         def __repr__(self): return f'<sandbox object {self._ref}>'
+    def handle(r): return Remote(r) if type(r) is int else None
     def jref(v):
         if type(v) is Remote: return v._ref
         raise TypeError(f'a {type(v).__name__} cannot be passed to the sandbox')
     def answer():
-        try: m = dec(recv(), Remote)
+        try: m = dec(recv(), handle)
         except SandboxGone as e: state['dead'] = str(e); raise
         except Exception as e: state['dead'] = 'malformed message'; raise SandboxGone(state['dead']) from None
         if type(m) is not tuple or len(m) < 2: state['dead'] = 'malformed message'; raise SandboxGone(state['dead'])
         return m
-    def exc(name, msg):
-        cls = getattr(builtins, name, None) if type(name) is str else None
-        if isinstance(cls, type) and issubclass(cls, Exception):
-            try: return cls(msg)
-            except Exception: pass
-        return RemoteError(f'{name}: {msg}')
     def write_back(a, k, a2, k2):
         pairs = list(zip(a, a2 if type(a2) is tuple else ())) + [(k[n], k2[n]) for n in k if type(k2) is dict and n in k2]
         for x, y in pairs:
@@ -493,9 +571,10 @@ def _jdg_main():
         while (m := answer())[0] != seq: pass   # answers to calls that timed out
         if m[1] == 'R' and len(m) == 3: return m[2]
         if m[1] == 'W' and len(m) == 4: write_back(a, k, m[2], m[3]); return None
-        if m[1] == 'E' and len(m) == 4: raise exc(m[2], m[3])
+        if m[1] == 'E' and len(m) == 4 and type(m[2]) is str and type(m[3]) is str:
+            raise REMOTE.get(m[2], RemoteError)(m[2], m[3])   # a lookup in the judge's own table: nothing is resolved
         state['dead'] = 'malformed answer'; raise SandboxGone(state['dead'])
-    def tb(i):   # one line per failed case (the traceback module would cost more than a typical run)
+    def tb(i):   # one line per failed case, to the judge's own output (the sandbox cannot read it)
         try:
             e = sys.exc_info()[1]
             os.write(2, f'test {i}: {type(e).__name__}: {e}'[:300].encode('utf-8', 'replace') + b'\n')
@@ -507,47 +586,29 @@ def _jdg_main():
         elif m[0] == 'I':
             report('I ' + str(m[1]).replace('\n', ' '))
             m = answer()     # the program ran: its names
-            ok = m[:3] == (0, 'S', True) and len(m) == 7 and all(type(x) is dict for x in m[3:])
+            ok = m[:3] == (0, 'S', True) and len(m) == 5 and all(type(x) is dict for x in m[3:])
     except SandboxGone: pass
     base = {'__name__': '__main__', '__builtins__': builtins}
     if ok:
-        values, objs, mods, origin = m[3:]
+        values, objs = m[3:]
         try:
             for s in job['imports']: exec(compile(s, '<imports>', 'exec'), base)   # the dataset's imports, trusted
             if job['helpers']: exec(compile(job['helpers'], '<helpers>', 'exec'), base)
         except BaseException: tb('setup')
         if entry: base.pop(entry, None)
-        trusted = set(base)
-        def own(name):   # a name the tests may take from the program: not the dataset's, no built-in (but the entry point)
-            return type(name) is str and name not in trusted and (name == entry or not hasattr(builtins, name))
-        for name in list(mods) + list(values) + list(objs):   # a standard module's name is always that module
-            if own(name) and name in _PURE and name != entry:
-                try: base[name] = importlib.import_module(name); trusted.add(name)
-                except Exception: pass
-        for name, mn in mods.items():      # modules: the judge's own copy of a pure standard module
-            if own(name) and type(mn) is str and mn.split('.')[0] in _PURE:
-                try: base[name] = importlib.import_module(mn)
-                except Exception: pass
-        for name, v in values.items():
-            if own(name): base[name] = v
-        for name, r in objs.items():
-            if not own(name): continue
-            mn, q = origin.get(name, (None, None)) if type(origin.get(name)) is tuple else (None, None)
-            if name != entry and type(mn) is str and type(q) is str and mn.split('.')[0] in _PURE:
-                try:    # e.g. `from math import gcd`: the judge's own gcd
-                    o = importlib.import_module(mn)
-                    for part in q.split('.'): o = getattr(o, part)
-                    base[name] = o; continue
-                except Exception: pass
-            base[name] = Remote(r) if type(r) is int else None
+        loaded, bound = _jdg_names(job['tests'])
+        free = {n for n in loaded - bound if n not in base and (n == entry or not hasattr(builtins, n))}
+        for n in free & set(_PURE) - {entry}:   # a standard module's name the tests read is the judge's own module
+            try: base[n] = importlib.import_module(n)
+            except Exception: pass
+        prog = {n: v for n, v in values.items() if type(n) is str and n[:2] != '__'}
+        prog.update((n, Remote(r)) for n, r in objs.items() if type(n) is str and n[:2] != '__' and type(r) is int)
+        mine = {n for n in free | {entry} if n in prog and n not in base}   # names only the program can supply
         sol = types.ModuleType('solution')
-        sol.__dict__.update({k: v for k, v in base.items() if k not in trusted})
-        sol.__all__ = [k for k in base if k not in trusted]
-        for name, r in objs.items():       # `from solution import x` may still name anything the program defined
-            if type(name) is str and type(r) is int and not hasattr(sol, name): setattr(sol, name, Remote(r))
-        for name, v in values.items():
-            if type(name) is str and not hasattr(sol, name): setattr(sol, name, v)
+        sol.__dict__.update(prog)
+        sol.__all__ = sorted(mine)            # `from solution import *` never rebinds a name the tests bind themselves
         sys.modules['solution'] = sol
+        base.update((n, prog[n]) for n in mine)
     report(f'S {int(ok)}')
     def on_alarm(*a): raise CaseTimeout(f"test case exceeded {job['case_timeout']} s")
     if job['case_timeout']: signal.signal(signal.SIGALRM, on_alarm)
@@ -567,32 +628,37 @@ def _jdg_main():
     except BaseException: pass
     os._exit(0)
 
+
 # %% ../nbs/08_sandbox.ipynb #572679c9
 @cache
 def _child_source()->str:
-    "The child program: the source of the `_sbx_*` functions, then a call to _sbx_main"
-    fs = (_sbx_codec, _sbx_unshare, _sbx_root, _sbx_fs, _sbx_isolate, _sbx_outer, _sbx_init, _sbx_main, _sbx_serve)
-    return '\n\n'.join(inspect.getsource(f) for f in fs) + '\n\n_sbx_main()\n'
+    "The child program (sandbox and judge alike): the `_sbx_*` and `_jdg_*` functions, then a call to `_sbx_main`"
+    fs = (_sbx_codec, _sbx_unshare, _sbx_root, _sbx_fs, _sbx_seccomp, _sbx_isolate, _sbx_outer, _sbx_init, _sbx_main,
+          _sbx_serve, _jdg_names, _jdg_main)
+    return f'_PURE = {_PURE!r}\n\n' + '\n\n'.join(inspect.getsource(f) for f in fs) + '\n\n_sbx_main()\n'
 
-@cache
-def _judge_source()->str:
-    "The judge program: the codec, the judge, then a call to `_jdg_main`"
-    return f'_PURE = {_PURE!r}\n\n' + '\n\n'.join(inspect.getsource(f) for f in (_sbx_codec, _jdg_main)) + '\n\n_jdg_main()\n'
 
 # %% ../nbs/08_sandbox.ipynb #bef65169
 class _UidPool:
-    "Hands out sandbox uids: a per-process random base plus a slot per concurrent run, the least recently used slot first"
-    def __init__(self, slots=4096):
-        self.base = 2_000_000 + slots * secrets.randbelow(1 << 18)
-        self.free, self.lock = deque(range(slots)), threading.Lock()
+    "Sandbox uids: a block of `slots` per process fixed by its pid (so concurrent scorers never share one), least recently used first"
+    def __init__(self, slots=256): self.slots, self.pid, self.lock = slots, None, threading.Lock()
+    def _block(self):
+        if self.pid != os.getpid():   # first use, or a forked process: its own block
+            self.pid, self.free = os.getpid(), deque(range(self.slots))
+            self.base = 2_000_000 + self.slots * self.pid
     def get(self):
         with self.lock:
+            self._block()
             if not self.free: raise RuntimeError("no free sandbox uid: too many concurrent runs")
             return self.base + self.free.popleft()
     def put(self, uid):
-        with self.lock: self.free.append(uid - self.base)
+        with self.lock:
+            if self.pid == os.getpid() and 0 <= uid - self.base < self.slots: self.free.append(uid - self.base)
+    def owns(self, uid)->bool:
+        with self.lock: self._block(); return 0 <= uid - self.base < self.slots
 
 _UIDS = _UidPool()
+if hasattr(os, 'register_at_fork'): os.register_at_fork(after_in_child=lambda: setattr(_UIDS, 'lock', threading.Lock()))
 
 def _proc_uids(since:int=0)->dict:
     "`{pid: real uid}` of the live (not zombie) processes with pid >= `since`, from `/proc` (Linux)"
@@ -607,7 +673,7 @@ def _proc_uids(since:int=0)->dict:
 
 def _kill_uid(uid:int, since:int=0, rounds:int=20)->int:
     "SIGKILL every process whose real uid is `uid` (repeat while new ones appear); returns how many were killed"
-    if uid < _UIDS.base: raise ValueError(f"refusing to sweep uid {uid}: not a sandbox uid")
+    if not _UIDS.owns(uid): raise ValueError(f"refusing to sweep uid {uid}: not a sandbox uid of this process")
     if not os.path.isdir('/proc'): return 0
     try:   # pids grow until they wrap at pid_max: a process forked after the child has a larger pid, unless they wrapped
         with open('/proc/sys/kernel/ns_last_pid') as f: since = since if int(f.read()) >= since else 0
@@ -621,6 +687,64 @@ def _kill_uid(uid:int, since:int=0, rounds:int=20)->int:
             except OSError: pass
         time.sleep(0.01)
     return n
+
+# %% ../nbs/08_sandbox.ipynb #c6e0a7b1
+@cache
+def _memcg_root()->tuple:
+    "`(version, dir)`: the memory cgroup (v2 with `memory` delegated, else v1) this process may create children in; `(None, why)`"
+    if os.geteuid() != 0: return None, 'not root'
+    try:
+        with open('/proc/self/mountinfo') as f: mounts = [l.split() for l in f]
+        with open('/proc/self/cgroup') as f: mine = [l.rstrip('\n').split(':', 2) for l in f]
+    except OSError: return None, 'no /proc'
+    for v in (2, 1):
+        for m in mounts:
+            k = m.index('-')
+            fs, opts = m[k + 1], m[k + 3].split(',')
+            if fs != ('cgroup2' if v == 2 else 'cgroup') or (v == 1 and 'memory' not in opts): continue
+            path = next((p for h, c, p in mine if (h, c) == ('0', '') or v == 1 and 'memory' in c.split(',')), None)
+            if path is None or not path.startswith(m[3]): continue
+            d = m[4] + path[len(m[3].rstrip('/')):]
+            need = 'cgroup.subtree_control' if v == 2 else 'memory.limit_in_bytes'
+            try:
+                with open(os.path.join(d, need)) as f: ok = v == 1 or 'memory' in f.read().split()
+            except OSError: continue
+            if ok and os.access(d, os.W_OK): return v, d
+    return None, 'no writable memory cgroup (cgroup v2 with the memory controller delegated, or the v1 memory hierarchy)'
+
+def _memcg_make(name:str, limit:int)->str|None:
+    "A new memory cgroup `name` limited to `limit` bytes (swap included), or None where the machine has none"
+    v, root = _memcg_root()
+    if v is None: return None
+    d = os.path.join(root, name)
+    files = [('memory.max', limit, 1), ('memory.swap.max', 0, 0), ('memory.oom.group', 1, 0)] if v == 2 else \
+            [('memory.limit_in_bytes', limit, 1), ('memory.memsw.limit_in_bytes', limit, 0)]
+    try:
+        os.mkdir(d)
+        for f, x, required in files:
+            try:
+                with open(os.path.join(d, f), 'w') as fh: fh.write(str(x))
+            except OSError:
+                if required: raise
+        return d
+    except OSError as e:
+        _memcg_drop(d); _log.warning("mapg.sandbox: could not make memory cgroup %s: %s", d, e)
+        return None
+
+def _memcg_join(d:str, pid:int):
+    with open(os.path.join(d, 'cgroup.procs'), 'w') as f: f.write(str(pid))
+
+def _memcg_drop(d:str):
+    "Kill what is left in cgroup `d` and remove it (retrying while the kernel still holds exiting tasks); never raises"
+    for i in range(200):
+        try:
+            with open(os.path.join(d, 'cgroup.procs')) as f: pids = [int(x) for x in f.read().split()]
+            for p in pids: _quietly(os.kill, p, signal.SIGKILL)
+            os.rmdir(d); return
+        except FileNotFoundError: return
+        except OSError: time.sleep(0.005)
+    _log.warning("mapg.sandbox: could not remove memory cgroup %s", d)
+
 
 # %% ../nbs/08_sandbox.ipynb #09553e23
 class SandboxError(RuntimeError):
@@ -636,7 +760,8 @@ class RunResult:
     returncode:int|None=None    # exit status of the child (negative: killed by that signal)
     output:str=''               # stdout+stderr, truncated to `SandboxCfg.max_output` bytes
     wall:float=0.               # seconds from spawn to the end of the cleanup
-    isolation:dict=field(default_factory=dict) # what _sbx_isolate applied
+    isolation:dict=field(default_factory=dict) # what _sbx_isolate applied (the judge's under 'judge'), and 'memcg'
+    judge_output:str=''         # the judge's own messages (a line per failed case), never visible to the program
 
     @property
     def frac(self)->float:
@@ -671,23 +796,25 @@ def _read_results(r, pid, deadline, tok, cap=1 << 20):
         buf += chunk
         if buf.endswith(end): return buf, False
 
-def _parse_results(buf, tok, n):
-    "Decode the event lines into `(isolation, setup_ok, passed, isolation_error)`; only the first line speaks of isolation"
-    iso, ok, passed, err, first = {}, False, [False]*n, None, True
-    for line in buf.decode(errors='replace').splitlines():
+def _parse_results(buf, tok, n, heads=1):
+    "Decode the event lines into `(isolation, setup_ok, passed, isolation_error)`; only the first `heads` lines speak of isolation"
+    iso, ok, passed, err = {}, False, [False]*n, None
+    for k, line in enumerate(buf.decode(errors='replace').splitlines()):
         t, _, ev = line.partition(' ')
         if t != tok or not ev: continue
         kind, _, rest = ev.partition(' ')
-        if first and kind == 'I':
-            try: iso = ast.literal_eval(rest)
-            except (ValueError, SyntaxError, MemoryError, RecursionError): pass
-        elif first and kind == 'X': err = rest
+        if k < heads and kind in ('I', 'J'):
+            try: d = ast.literal_eval(rest)
+            except (ValueError, SyntaxError, MemoryError, RecursionError): d = {}
+            if isinstance(d, dict):
+                if kind == 'I': iso.update(d)
+                else: iso['judge'] = d
+        elif k < heads and kind == 'X': err = err or rest
         elif kind == 'S': ok = rest == '1'
         elif kind == 'C':
             i, _, v = rest.partition(' ')
             if i.isdigit() and int(i) < n: passed[int(i)] = v == '1'
-        first = False
-    return (iso if isinstance(iso, dict) else {}), ok, passed, err
+    return iso, ok, passed, err
 
 # %% ../nbs/08_sandbox.ipynb #85e74c04
 _log = logging.getLogger(__name__)
@@ -703,7 +830,9 @@ def _warn_once(what:str, msg:str):
 _FEATURES = dict(mountns='a private mount namespace (unshare CLONE_NEWNS)', pidns='a PID namespace (CLONE_NEWPID)',
                  ipcns='an IPC namespace (CLONE_NEWIPC)', netns='a network namespace (CLONE_NEWNET)',
                  minimal_root='a minimal read-only root (tmpfs + bind mounts + chroot)',
-                 work_tmpfs='a size- and inode-limited tmpfs work dir')
+                 work_tmpfs='a size- and inode-limited tmpfs work dir', seccomp='a seccomp filter (PR_SET_SECCOMP)',
+                 memcg='a per-run memory cgroup (root, and cgroup v2 with the memory controller delegated or the v1 '
+                       'memory hierarchy; without it SysV memory is bounded by the IPC namespace and memfd is denied)')
 
 def _check_isolation(iso:dict, cfg:SandboxCfg):
     "Warn once for every isolation feature this platform did not give the run"
@@ -717,10 +846,13 @@ def _env(work:str)->dict:
     return dict(PATH='/usr/local/bin:/usr/bin:/bin', LANG='C.UTF-8', HOME=work, TMPDIR=work, PYTHONHASHSEED='0',
                 OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1', MKL_NUM_THREADS='1')
 
-def _spawn(src:str, job:dict, python:str, out:int, fds:tuple, cwd:str):
-    "Start `src` in a new session with a minimal environment, and hand it `job` on stdin"
+def _spawn(src:str, job:dict, python:str, out:int, fds:tuple, cwd:str, before=None):
+    "Start `src` in a new session with a minimal environment, call `before(pid)`, then hand it `job` on stdin"
     p = subprocess.Popen([python, '-I', '-S', '-c', src], stdin=subprocess.PIPE, stdout=out, stderr=out, pass_fds=fds,
                          cwd=cwd, env=_env(job.get('work', cwd)), start_new_session=True)
+    if before:
+        try: before(p.pid)
+        except BaseException: p.kill(); p.wait(); raise
     try: p.stdin.write(marshal.dumps(job)); p.stdin.close()
     except OSError: pass   # it died before reading its job: the run reports a crash
     return p
@@ -758,54 +890,67 @@ def _site_dirs()->list:
 
 # %% ../nbs/08_sandbox.ipynb #887126f9
 def _run(code, tests, imports, cfg, judged, helpers=None, entry_point=None)->RunResult:
-    "One sandboxed run: the child alone (`judged=False`: `tests` run inside it) or the child and a judge (`tests` run outside)"
+    "One sandboxed run: the child alone (`judged=False`: `tests` run inside it) or the child and a confined judge"
     cfg = cfg or SandboxCfg()
     tests, imports = [str(t) for t in tests], [str(s) for s in imports]
-    uid = _UIDS.get() if os.geteuid() == 0 else None
-    work = tempfile.mkdtemp(prefix='mapg-sbx-')
-    out = tempfile.TemporaryFile()
-    tok, t0, p, jp, buf, timed_out, opened = secrets.token_hex(8), time.monotonic(), None, None, b'', True, []
+    uid, juid = (_UIDS.get(), _UIDS.get()) if os.geteuid() == 0 else (None, None)
+    work, jwork = tempfile.mkdtemp(prefix='mapg-sbx-'), tempfile.mkdtemp(prefix='mapg-sbx-') if judged else None
+    out, jout = tempfile.TemporaryFile(), tempfile.TemporaryFile() if judged else None
+    cg = _memcg_make(f'mapg-sbx-{uid}', cfg.memory) if uid is not None else None
+    tok, t0, p, jp, buf, timed_out, opened, joined = secrets.token_hex(8), time.monotonic(), None, None, b'', True, [], []
     def pipe():
         fds = os.pipe(); opened.extend(fds); return fds
     def close(fd):
         if fd in opened: opened.remove(fd); _quietly(os.close, fd)
+    def enter(pid):   # before the child has its job: all it will ever start is counted
+        if cg: _memcg_join(cg, pid); joined.append(pid)
+    lim = dict(fsize=cfg.fsize, nofile=cfg.nofile, nproc=cfg.nproc, namespaces=cfg.namespaces, cpu=cfg.cpu or cfg.timeout,
+               case_timeout=cfg.case_timeout, max_value=cfg.max_value, token=tok)
     try:
-        (r, w), (life_r, life_w) = pipe(), pipe()
+        (r, w), (life_r, life_w), (jlife_r, jlife_w) = pipe(), pipe(), pipe()
         (req_r, req_w), (resp_r, resp_w) = (pipe(), pipe()) if judged else ((-1, -1), (-1, -1))
-        job = dict(mode='serve' if judged else 'run', code=str(code), tests=[] if judged else tests, imports=imports,
-                   fd=resp_w if judged else w, req=req_r, life=life_r, token=tok, uid=uid, work=work, memory=cfg.memory,
-                   fsize=cfg.fsize, disk=cfg.disk, inodes=cfg.inodes, nofile=cfg.nofile, nproc=cfg.nproc,
-                   namespaces=cfg.namespaces, cpu=cfg.cpu or cfg.timeout, case_timeout=cfg.case_timeout, max_value=cfg.max_value)
-        python = cfg.python or sys.executable
-        p = _spawn(_child_source(), job, python, out.fileno(), tuple(f for f in (job['fd'], req_r, life_r) if f >= 0), work)
+        job = dict(lim, mode='serve' if judged else 'run', code=str(code), tests=[] if judged else tests, imports=imports,
+                   fd=resp_w if judged else w, req=req_r, life=life_r, uid=uid, work=work, memory=cfg.memory,
+                   disk=cfg.disk, inodes=cfg.inodes)
+        p = _spawn(_child_source(), job, cfg.python or sys.executable, out.fileno(),
+                   tuple(f for f in (job['fd'], req_r, life_r) if f >= 0), work, enter)
         for fd in (resp_w, req_r, life_r) if judged else (w, life_r): close(fd)
-        if judged:
-            jjob = dict(out=w, req=req_w, resp=resp_r, token=tok, tests=tests, imports=imports, helpers=helpers,
-                        entry_point=entry_point, case_timeout=cfg.case_timeout, max_value=cfg.max_value, path=_site_dirs())
-            jp = _spawn(_judge_source(), jjob, sys.executable, out.fileno(), (w, req_w, resp_r), tempfile.gettempdir())
-            for fd in (w, req_w, resp_r): close(fd)
+        if judged:   # the same confinement, its own uid and work dir, the site-packages read-only (tests import pytest)
+            jjob = dict(lim, mode='judge', out=w, req=req_w, resp=resp_r, life=jlife_r, tests=tests, imports=imports,
+                        helpers=helpers, entry_point=entry_point, path=_site_dirs(), ro=_site_dirs(), uid=juid,
+                        work=jwork, memory=max(cfg.memory, 2 << 30), disk=8 << 20, inodes=256)
+            jp = _spawn(_child_source(), jjob, sys.executable, jout.fileno(), (w, req_w, resp_r, jlife_r), jwork)
+            for fd in (w, req_w, resp_r, jlife_r): close(fd)
         buf, timed_out = _read_results(r, (jp or p).pid, t0 + cfg.timeout, tok)
         if not judged: timed_out = timed_out or not _wait_exit(p.pid, t0 + cfg.timeout)   # the child should be exiting
     finally:
-        if jp is not None: _quietly(os.killpg, jp.pid, signal.SIGKILL); _quietly(jp.wait)
         for fd in list(opened):
-            if fd != r: close(fd)                    # the life pipe's end: PID 1 of the sandbox and all in it are killed
-        if p is not None:
-            _quietly(_wait_exit, p.pid, time.monotonic() + 1.)
-            _quietly(os.killpg, p.pid, signal.SIGKILL)   # the group id stays reserved: the child is not reaped yet
-            _quietly(p.wait)
+            if fd != r: close(fd)                    # the life pipes: each PID 1 and all in its namespace are killed
+        for q in (jp, p):
+            if q is None: continue
+            _quietly(_wait_exit, q.pid, time.monotonic() + 1.)
+            _quietly(os.killpg, q.pid, signal.SIGKILL)   # the group id stays reserved: the child is not reaped yet
+            _quietly(q.wait)
         close(r)
-        iso, ok, passed, err = _parse_results(buf, tok, len(tests))
-        if uid is not None:
-            if not iso.get('pidns'): _quietly(_kill_uid, uid, p.pid if p is not None else 0)
-            _UIDS.put(uid)
+        iso, ok, passed, err = _parse_results(buf, tok, len(tests), heads=2 if judged else 1)
+        for u, q in ((uid, p), (juid, jp)):
+            if u is None: continue
+            if not (iso.get('judge', {}) if q is jp else iso).get('pidns'): _quietly(_kill_uid, u, q.pid if q else 0)
+            _UIDS.put(u)
+        if cg: _memcg_drop(cg)
+        iso['memcg'] = bool(joined)
         output = _quietly(os.pread, out.fileno(), cfg.max_output, 0) or b''
-        _quietly(out.close)
-        _rmtree(work)
+        joutput = (_quietly(os.pread, jout.fileno(), cfg.max_output, 0) or b'') if jout else b''
+        for f in (out, jout):
+            if f: _quietly(f.close)
+        for d in (work, jwork):
+            if d: _rmtree(d)
     if err is not None: raise SandboxError(f"sandbox isolation failed, program not run: {err}")
     _check_isolation(iso, cfg)
     status = 'timeout' if timed_out else 'ok' if buf.endswith(f'{tok} E\n'.encode()) else 'crashed'
-    return RunResult(status, passed, ok, p.returncode, output.decode(errors='replace'), time.monotonic() - t0, iso)
+    return RunResult(status, passed, ok, p.returncode, output.decode(errors='replace'), time.monotonic() - t0, iso,
+                     joutput.decode(errors='replace'))
+
 
 # %% ../nbs/08_sandbox.ipynb #954fe679
 def run_program(code:str,             # the program (model output), run as module `solution`

@@ -4,12 +4,12 @@
 
 # %% ../nbs/12_train.ipynb #0daf332b
 from __future__ import annotations
-import dataclasses, inspect, json, math, random, re, shutil, time
-from contextlib import nullcontext
+import dataclasses, hashlib, inspect, json, math, os, random, re, shutil, time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, asdict, fields
 from pathlib import Path
 import numpy as np, torch
-from torch import Tensor
+from torch import Tensor, nn
 from .core import make_gen, left_pad, save_toy, toy_tokenizer, eval_mode
 from .policy import GenSettings, eval_settings
 from .models import load_model, FAMILIES, MDLM
@@ -18,13 +18,17 @@ from .likelihood import stepmerge_log_probs, sample_segments, counted_mask
 from .objectives import group_advantages, get_loss, LOSSES, ADV_KINDS
 from .rewards import score_batch, task_metrics, REWARDS
 from .data import load_data, columns, make_sudoku, sudoku_grids, sudoku_train, chat_prompt, DATASETS
+from .faults import (ConfigError, read_yaml, check_types, check_resume, config_changes, check_records_file, saving, verify,
+                     is_complete, latest_checkpoint, prune, MARKER, RunLock, Preemption, StepGuard, finite_or_zero)
+from .report import write_report, unmask_order_heatmap
 
 # %% auto #0
-__all__ = ['CFG_TYPES', 'TOY_PREFILL', 'RunCfg', 'RolloutCfg', 'UpdateCfg', 'field_docs', 'cfg_parser', 'parse_cfg', 'validate',
-           'resolved_config', 'check_output_dir', 'toy_sudoku_split', 'toy_sudoku', 'pretrain_mdlm', 'pretrained_toy',
-           'prompt_batch', 'completions_text', 'score_completions', 'Batch', 'rollout_stage', 'update_stage',
-           'train_records', 'eval_records', 'next_prompts', 'greedy_eval', 'save_checkpoint', 'load_checkpoint',
-           'find_checkpoint', 'load_policy', 'train', 'unmask_order_heatmap', 'write_report']
+__all__ = ['CFG_TYPES', 'MAY_CHANGE', 'TOY_PREFILL', 'RunCfg', 'RolloutCfg', 'UpdateCfg', 'field_docs', 'cfg_parser', 'parse_cfg',
+           'validate', 'check_data', 'resolved_config', 'check_output_dir', 'toy_sudoku_split', 'toy_sudoku',
+           'pretrain_mdlm', 'pretrained_toy', 'prompt_batch', 'completions_text', 'score_completions', 'Batch',
+           'rollout_stage', 'update_stage', 'train_records', 'eval_records', 'next_prompts', 'greedy_eval',
+           'save_checkpoint', 'load_checkpoint', 'find_checkpoint', 'load_policy', 'make_accelerator',
+           'trainable_digest', 'check_same_params', 'through', 'train', 'resume_command']
 
 # %% ../nbs/12_train.ipynb #cc94dc53
 @dataclass
@@ -45,6 +49,8 @@ class RunCfg:
     output_dir:str='runs/llada_gsm8k'     # checkpoints, metrics.jsonl, config.json, report.html
     max_steps:int=8000                    # optimizer steps
     save_steps:int=100                    # a checkpoint every this many optimizer steps (and at the end); 0: at the end only
+    save_total_limit:int=0                # keep only the newest this many checkpoints (0: keep all)
+    max_skipped_steps:int=3               # stop after this many optimizer steps in a row skipped for a non-finite loss or gradient
     seed:int=42                           # seed of the data order, the rollouts and the segment draws
     report_to:str='none'                  # accelerate trackers: none | tensorboard | wandb | all
     resume_from_checkpoint:str|None=None  # a checkpoint directory, or 'latest' (the newest in output_dir)
@@ -127,7 +133,7 @@ def cfg_parser():
 # %% ../nbs/12_train.ipynb #fe3e5e03
 def parse_cfg(args:list|None=None)->tuple:
     "(RunCfg, RolloutCfg, UpdateCfg) from `--config FILE.yaml` and command-line overrides of any field"
-    import argparse, sys, yaml
+    import argparse, sys
     args = sys.argv[1:] if args is None else list(args)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument('--config', default=None)
@@ -135,18 +141,39 @@ def parse_cfg(args:list|None=None)->tuple:
     p = cfg_parser()
     if known.config:
         path = Path(known.config)
-        if not path.is_file(): raise FileNotFoundError(f"--config: no such file {str(path)!r}")
-        y = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(y, dict): raise ValueError(f"{path}: expected field: value pairs, got {type(y).__name__}")
-        names = {f.name for t in CFG_TYPES for f in fields(t)}
-        if bad := sorted(set(y) - names): raise ValueError(f"{path}: unknown field(s) {bad}; see --help for the fields")
-        p.set_defaults(**y)
+        if not path.is_file(): raise ConfigError('--config', f"no such file {str(path)!r}")
+        p.set_defaults(**check_types(read_yaml(path), CFG_TYPES, file=path))   # typed exactly as on the command line
     return tuple(p.parse_args_into_dataclasses(args=args, return_remaining_strings=False)[:3])
 
 # %% ../nbs/12_train.ipynb #7f43d772
+# (lowest, highest, lowest included, highest included) of every bounded numeric field; every float field must also be finite
+_RANGES = dict(max_steps=(1, None), save_steps=(0, None), lora_r=(0, None), lora_alpha=(0, None, False), lora_dropout=(0, 1, True, False),
+               reward_workers=(0, None), eval_size=(0, None), toy_hidden=(1, None), toy_layers=(1, None), toy_heads=(1, None),
+               toy_pretrain_steps=(0, None), toy_pretrain_lr=(0, None, False), toy_pretrain_batch=(1, None), save_total_limit=(0, None),
+               max_skipped_steps=(1, None), per_device_batch=(1, None), group_size=(1, None), gen_length=(1, None),
+               block_length=(1, None), steps=(1, None), temperature=(0, None), pos_temperature=(0, None), n_segments=(1, None),
+               inner_updates=(1, None), segments_per_update=(1, None), eps_low=(0, 1, True, False), eps_high=(0, None),
+               pos_weight=(0, None), learning_rate=(0, None, False), warmup_ratio=(0, 1), adam_beta1=(0, 1, True, False),
+               adam_beta2=(0, 1, True, False), weight_decay=(0, None), max_grad_norm=(0, None, False), grad_accum=(1, None),
+               micro_batch=(1, None))
+
+def _check_ranges(cfgs):
+    for c in cfgs:
+        for f in fields(c):
+            v = getattr(c, f.name)
+            if v is None or isinstance(v, (str, bool)): continue
+            if isinstance(v, float) and not math.isfinite(v): raise ConfigError(f.name, f"must be a finite number, got {v}")
+            if f.name not in _RANGES: continue
+            lo, hi, *inc = _RANGES[f.name]
+            lo_in, hi_in = (inc + [True, True])[:2]
+            if (lo is not None and (v < lo or (v == lo and not lo_in))) or (hi is not None and (v > hi or (v == hi and not hi_in))):
+                want = ' and '.join(s for s in (lo is not None and f"{'>=' if lo_in else '>'} {lo}", hi is not None and f"{'<=' if hi_in else '<'} {hi}") if s)
+                raise ConfigError(f.name, f"must be {want}, got {v}")
+
 def validate(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg, n_proc:int=1):
     "Check the configuration before any model is loaded, naming the bad field"
-    def bad(field, msg): raise ValueError(f"{field}: {msg}")
+    def bad(field, msg): raise ConfigError(field, msg)
+    _check_ranges((run, roll, upd))
     if run.task not in REWARDS: bad('task', f"unknown task {run.task!r}; choose one of {sorted(REWARDS)}")
     if run.dataset != 'toy_sudoku' and run.dataset not in DATASETS: bad('dataset', f"unknown dataset {run.dataset!r}; choose 'toy_sudoku' or one of {sorted(DATASETS)}")
     if run.dataset != 'toy_sudoku' and DATASETS[run.dataset].task != run.task:
@@ -157,32 +184,34 @@ def validate(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg, n_proc:int=1):
     if run.model_kind != 'auto' and run.model_kind not in FAMILIES: bad('model_kind', f"unknown kind {run.model_kind!r}; choose auto or one of {sorted(FAMILIES)}")
     if run.dtype not in ('bfloat16', 'float32'): bad('dtype', f"expected bfloat16 or float32, got {run.dtype!r}")
     if run.report_to not in ('none', 'tensorboard', 'wandb', 'all'): bad('report_to', f"expected none, tensorboard, wandb or all, got {run.report_to!r}")
-    for f in ('max_steps', 'toy_hidden', 'toy_layers', 'toy_heads'):
-        if getattr(run, f) < 1: bad(f, f"must be >= 1, got {getattr(run, f)}")
-    for f in ('save_steps', 'lora_r', 'eval_size', 'reward_workers', 'toy_pretrain_steps'):
-        if getattr(run, f) < 0: bad(f, f"must be >= 0, got {getattr(run, f)}")
+    if Path(run.output_dir).exists() and not Path(run.output_dir).is_dir(): bad('output_dir', f"{run.output_dir!r} is a file, not a folder")
     if run.replay_rollouts and not Path(run.replay_rollouts).is_dir(): bad('replay_rollouts', f"no such folder {run.replay_rollouts!r}")
     try: s = roll.settings()
-    except ValueError as e: raise ValueError(str(e)) from None     # GenSettings names the field
+    except ValueError as e: raise ConfigError(re.match(r'\w+', str(e))[0], str(e)) from None     # GenSettings names the field first
     if not 1 <= roll.n_segments <= s.steps: bad('n_segments', f"must be between 1 and steps={s.steps}, got {roll.n_segments}")
     if not 1 <= upd.segments_per_update <= roll.n_segments:
         bad('segments_per_update', f"K={upd.segments_per_update} must be between 1 and n_segments={roll.n_segments}")
-    if roll.group_size < 1 or roll.per_device_batch < 1: bad('group_size' if roll.group_size < 1 else 'per_device_batch', "must be >= 1")
     if roll.per_device_batch * n_proc % roll.group_size:
         bad('per_device_batch', f"per_device_batch={roll.per_device_batch} x {n_proc} process(es) must be a multiple of group_size={roll.group_size}")
     if upd.loss not in LOSSES: bad('loss', f"unknown loss {upd.loss!r}; choose one of {sorted(LOSSES)}")
     if upd.advantage not in ADV_KINDS: bad('advantage', f"unknown advantage {upd.advantage!r}; choose one of {list(ADV_KINDS)}")
     if upd.advantage == 'rloo' and roll.group_size < 2: bad('advantage', "rloo needs group_size >= 2")
-    for f in ('inner_updates', 'grad_accum'):
-        if getattr(upd, f) < 1: bad(f, f"must be >= 1, got {getattr(upd, f)}")
-    if upd.micro_batch is not None and upd.micro_batch < 1: bad('micro_batch', f"must be >= 1 or None, got {upd.micro_batch}")
-    if upd.pos_weight < 0: bad('pos_weight', f"must be >= 0, got {upd.pos_weight}")
     if roll.remasking == 'greedy' and upd.pos_weight > 0:
         bad('pos_weight', "greedy positions have no position term: use remasking=plackett_luce, or pos_weight=0")
-    if not upd.learning_rate > 0: bad('learning_rate', f"must be > 0, got {upd.learning_rate}")
+
+def check_data(run:RunCfg):
+    "Open, parse and convert a local `data_source` file before any model is loaded, naming the file and the row"
+    src = run.data_source
+    if not (src and re.search(r'\.(jsonl|json|csv)(\.gz)?$', src)): return
+    check_records_file(src)
+    try: recs = load_data(run.dataset, run.split, source=src)
+    except Exception as e: raise ConfigError('data_source', f"rows cannot be read as {run.dataset!r} records: {type(e).__name__}: {e}", src) from None
+    if not recs: raise ConfigError('data_source', f"no {run.split!r} records for dataset {run.dataset!r}", src)
 
 # %% ../nbs/12_train.ipynb #bbe42622
-_RUN_ONLY = {'output_dir', 'resume_from_checkpoint', 'max_steps', 'save_steps', 'report_to', 'report', 'reward_workers', 'eval_size'}
+# fields that may differ when a run is resumed (everything else must match the checkpoint's configuration)
+MAY_CHANGE = {'output_dir', 'resume_from_checkpoint', 'max_steps', 'save_steps', 'save_total_limit', 'report_to', 'report',
+              'reward_workers', 'progress', 'max_skipped_steps', 'toy_cache'}
 
 def resolved_config(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->dict:
     "The full configuration as one flat dict, with the package versions"
@@ -191,16 +220,20 @@ def resolved_config(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->dict:
             'versions': dict(mapg=mapg.__version__, torch=torch.__version__, transformers=transformers.__version__, accelerate=accelerate.__version__)}
 
 # %% ../nbs/12_train.ipynb #1afa01b7
-def check_output_dir(run:RunCfg, cfg:dict):
-    "Refuse an `output_dir` that holds a different run (unless resuming it)"
-    p = Path(run.output_dir)/'config.json'
-    if not p.exists(): return
-    old = json.loads(p.read_text())
-    diff = sorted(k for k in cfg if k not in _RUN_ONLY | {'versions'} and old.get(k) != cfg[k])
-    if diff: raise ValueError(f"output_dir: {run.output_dir!r} holds a different run (fields {diff} differ); choose another output_dir")
-    if not run.resume_from_checkpoint and any(Path(run.output_dir).glob('checkpoint-*')):
-        raise ValueError(f"output_dir: {run.output_dir!r} already holds checkpoints of this run; resume it with "
-                         "--resume_from_checkpoint latest, or choose another output_dir")
+def check_output_dir(run:RunCfg, cfg:dict, ckpt:Path|None=None):
+    "Refuse an `output_dir` that holds another run or checkpoints not being resumed; compare a resumed checkpoint's config field by field"
+    out = Path(run.output_dir)
+    if ckpt is not None:
+        old = json.loads((ckpt/'config.json').read_text())
+        check_resume(old, cfg, MAY_CHANGE, where=str(ckpt))
+        return
+    p = out/'config.json'
+    if p.exists():
+        allowed, refused = config_changes(json.loads(p.read_text()), cfg, MAY_CHANGE)
+        if refused: raise ConfigError('output_dir', f"{run.output_dir!r} holds a different run (fields {sorted(refused)} differ); choose another output_dir")
+    if latest_checkpoint(out, warn=lambda s: None) is not None:
+        raise ConfigError('output_dir', f"{run.output_dir!r} already holds checkpoints of this run; resume it with "
+                          "--resume_from_checkpoint latest, or choose another output_dir")
 
 # %% ../nbs/12_train.ipynb #37d645a5
 TOY_PREFILL = '<answer>'
@@ -338,11 +371,15 @@ def rollout_stage(m:MDLM,                 # the policy
     t1 = time.perf_counter()
     texts, lengths = completions_text(m, rollout)
     rew, parts, mets = score_completions(task, texts, mine, workers)
+    nonfinite = ~torch.isfinite(rew)
+    rew, n_bad, why = finite_or_zero(rew)                   # a non-finite reward counts as a failed sample (0)
+    if n_bad: print(f"warning: {n_bad} non-finite reward(s) scored 0 ({', '.join(f'row {i}: {w}' for i, w in why.items())})", flush=True)
+    parts['total'] = rew
     t2 = time.perf_counter()
     g = gather or (lambda x: x)
     all_rew = g(rew.to(m.device)).cpu()
     adv = group_advantages(all_rew, roll.group_size, upd.advantage)[rank * b:(rank + 1) * b]
-    stats = {**{f"reward_{k}" if k != 'total' else 'reward': v for k, v in parts.items()}, **mets, 'completion_len': lengths.float().cpu(),
+    stats = {**{f"reward_{k}" if k != 'total' else 'reward': v for k, v in parts.items()}, **mets, 'completion_len': lengths.float().cpu(), 'reward_nonfinite': nonfinite.float(),
              'pos_entropy': _mean_surprise(rollout.logp_pos, rollout), 'tok_entropy': _mean_surprise(rollout.logp_token, rollout)}
     metrics = {k: g(v.float().to(m.device)).mean().item() for k, v in stats.items()}
     metrics['reward_std'] = all_rew.std().item() if len(all_rew) > 1 else 0.
@@ -453,34 +490,58 @@ def _set_rng_state(st:dict, gens:dict):
     for k, g in gens.items(): g.set_state(st['gens'][k])
 
 # %% ../nbs/12_train.ipynb #dea61168
-def save_checkpoint(d:Path, m:MDLM, opt, sched, state:dict, buffer:list|None, gens:dict, cfg:dict, rank:int, main:bool, barrier):
-    "Write a checkpoint: trainable weights, optimizer, scheduler, every RNG state, the rollout buffer, counters, config"
-    d = Path(d)
-    if main:
-        d.mkdir(parents=True, exist_ok=True)
-        net = getattr(m.model, 'module', m.model)          # the model inside a DeepSpeed engine
-        torch.save({n: p.detach().cpu() for n, p in net.named_parameters() if p.requires_grad}, d/'trainable.pt')
-        (net.save_pretrained(d/'adapter') if hasattr(net, 'peft_config') else net.save_pretrained(d/'model'))
-        if m.tokenizer is not None: m.tokenizer.save_pretrained(d/('adapter' if hasattr(net, 'peft_config') else 'model'))
-        torch.save(dict(opt=opt.state_dict(), sched=sched.state_dict()), d/'optimizer.pt')
-        (d/'trainer_state.json').write_text(json.dumps(state, indent=1))
-        (d/'config.json').write_text(json.dumps(cfg, indent=1))
-    barrier()
-    torch.save(dict(rng=_rng_state(gens), buffer=buffer), d/f'rank{rank}.pt')
-    barrier()
+def _trainable_only(models:list, weights:list, output_dir):
+    "`save_state` pre-hook: keep only the trainable tensors of each model's state dict (a frozen base is never rewritten)"
+    for i, mod in enumerate(models):
+        keep = {n for n, p in mod.named_parameters() if p.requires_grad}
+        weights[i] = {k: v for k, v in weights[i].items() if k in keep}
+
+def _export(net, tok, d:Path):
+    "A loadable `adapter/` (LoRA) or `model/` folder of the unwrapped policy, for evaluation"
+    sub = d/('adapter' if hasattr(net, 'peft_config') else 'model')
+    net.save_pretrained(sub)
+    if tok is not None: tok.save_pretrained(sub)
+
+def _any(acc, flag:bool)->bool:
+    "Whether `flag` is set on any process"
+    if acc.num_processes == 1: return flag
+    return bool(acc.reduce(torch.tensor([float(flag)], device=acc.device), 'sum').item() > 0)
+
+def save_checkpoint(acc,                  # the run's `Accelerator` (after `prepare`)
+                    d:Path,               # the checkpoint folder to create (`output_dir/checkpoint-N`)
+                    m:MDLM,               # the policy (its unwrapped model)
+                    state:dict,           # the counters
+                    buffer:list|None,     # this process's rollout buffer when the save falls inside a cycle
+                    gens:dict,            # this process's generators
+                    cfg:dict,             # the resolved configuration
+                    extra:dict|None=None  # more JSON files for the main process to write ({name: object})
+                   )->Path:
+    "Write checkpoint `d` atomically from every process: `accelerator.save_state` (every rank's optimizer shard), generators, buffer"
+    from accelerate.utils import DistributedType
+    ds = acc.distributed_type == DistributedType.DEEPSPEED
+    with saving(d, acc.is_main_process, agree=lambda ok: not _any(acc, not ok)) as tmp:
+        acc.save_state(str(tmp), safe_serialization=False, **(dict(exclude_frozen_parameters=True) if ds else {}))
+        torch.save(dict(rng=_rng_state(gens), buffer=buffer), tmp/f'rank{acc.process_index}.pt')
+        if acc.is_main_process:
+            _export(acc.unwrap_model(m.model), m.tokenizer, tmp)
+            for name, obj in {'trainer_state.json': state, 'config.json': cfg, **(extra or {})}.items():
+                (tmp/name).write_text(json.dumps(obj, indent=1))
+    return Path(d)
 
 # %% ../nbs/12_train.ipynb #1e11add9
-def load_checkpoint(d:Path, m:MDLM, opt, sched, gens:dict, rank:int)->tuple:
-    "Restore what `save_checkpoint` wrote; returns (counters, rollout buffer)"
+def load_checkpoint(acc, d:Path, m:MDLM, gens:dict)->tuple:
+    "Restore what `save_checkpoint` wrote (model and optimizer through `accelerator.load_state`); returns (counters, buffer)"
+    from accelerate.utils import DistributedType
     d = Path(d)
-    w = torch.load(d/'trainable.pt', map_location=m.device)
-    params = dict(getattr(m.model, 'module', m.model).named_parameters())
-    if missing := sorted(set(w) ^ {n for n, p in params.items() if p.requires_grad}): raise ValueError(f"{d}: trainable weights differ: {missing[:5]}")
-    with torch.no_grad():
-        for n, v in w.items(): params[n].copy_(v)
-    o = torch.load(d/'optimizer.pt', map_location=m.device, weights_only=False)
-    opt.load_state_dict(o['opt']); sched.load_state_dict(o['sched'])
-    st = torch.load(d/f'rank{rank}.pt', map_location='cpu', weights_only=False)
+    verify(d)
+    if acc.distributed_type == DistributedType.DEEPSPEED: acc.load_state(str(d), load_module_strict=False)
+    else:
+        w = torch.load(d/'pytorch_model.bin', map_location='cpu', weights_only=True)
+        net = acc._models[0]
+        want = {n for n, p in net.named_parameters() if p.requires_grad}
+        if diff := sorted(set(w) ^ want): raise ValueError(f"resume_from_checkpoint: {d} holds other trainable weights: {diff[:3]}")
+        acc.load_state(str(d), strict=False)
+    st = torch.load(d/f'rank{acc.process_index}.pt', map_location='cpu', weights_only=False)
     _set_rng_state(st['rng'], gens)
     buf = st['buffer']
     if buf is not None:
@@ -492,59 +553,138 @@ def _to(r:Rollout, device)->Rollout:
 
 # %% ../nbs/12_train.ipynb #1818d409
 def find_checkpoint(run:RunCfg)->Path|None:
-    "The checkpoint named by `resume_from_checkpoint` ('latest': the newest in `output_dir`)"
+    "The checkpoint named by `resume_from_checkpoint` ('latest': the newest complete one in `output_dir`), verified"
     c = run.resume_from_checkpoint
     if not c: return None
     if c == 'latest':
-        cs = sorted(Path(run.output_dir).glob('checkpoint-*'), key=lambda p: int(p.name.split('-')[1]))
-        if not cs: raise ValueError(f"resume_from_checkpoint: no checkpoint in {run.output_dir!r}")
-        return cs[-1]
-    if not (Path(c)/'trainer_state.json').exists(): raise ValueError(f"resume_from_checkpoint: {c!r} is not a checkpoint")
-    return Path(c)
+        d = latest_checkpoint(run.output_dir)
+        if d is None: raise ValueError(f"resume_from_checkpoint: no complete checkpoint in {run.output_dir!r}")
+    else:
+        d = Path(c)
+        if not is_complete(d): raise ValueError(f"resume_from_checkpoint: {c!r} is not a complete checkpoint (no {MARKER} manifest)")
+    try: verify(d)
+    except (OSError, ValueError) as e: raise ValueError(f"resume_from_checkpoint: {e}") from None
+    return d
 
 # %% ../nbs/12_train.ipynb #b2505dc4
 def load_policy(run:RunCfg, roll:RolloutCfg, device)->MDLM:
-    "The model to train: the cached pretrained toy, or a checkpoint with LoRA (and 4-bit, checkpointing) as configured"
+    "The model to train: the pretrained toy, or a checkpoint with LoRA (seeded by the run's seed), 4-bit and checkpointing as configured"
     toy = run.model == 'toy'
     path = pretrained_toy(run, roll) if toy else run.model
     kind = 'toy' if toy else run.model_kind
     dtype = torch.float32 if toy or run.dtype == 'float32' else torch.bfloat16
     lora = dict(r=run.lora_r, lora_alpha=run.lora_alpha, lora_dropout=run.lora_dropout) if run.lora_r else None
-    m = load_model(path, kind=kind, dtype=dtype, load_in_4bit=run.load_in_4bit, lora=lora, device=device)
-    if run.grad_ckpt:
-        if not hasattr(m, 'set_grad_ckpt'): raise ValueError("grad_ckpt: this version of mapg.models has no activation checkpointing")
-        m.set_grad_ckpt(True)
+    m = load_model(path, kind=kind, dtype=dtype, load_in_4bit=run.load_in_4bit, lora=lora, device=device, seed=run.seed,
+                   grad_ckpt=run.grad_ckpt)
     if not lora:
         for p in m.model.parameters(): p.requires_grad_(True)
     return m
 
+# %% ../nbs/12_train.ipynb #tr5accel01
+_DS_FIELDS = (('train_micro_batch_size_per_gpu', 'per_device_batch'), ('gradient_accumulation_steps', 'grad_accum'),
+              ('gradient_clipping', 'max_grad_norm'))
+_DS_ENV = {'grad_accum': 'ACCELERATE_GRADIENT_ACCUMULATION_STEPS', 'max_grad_norm': 'ACCELERATE_GRADIENT_CLIPPING'}
+
+def _uses_deepspeed()->bool: return os.environ.get('ACCELERATE_USE_DEEPSPEED', 'false').lower() == 'true'
+
+def make_accelerator(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg):
+    "The run's `Accelerator`: gloo where there is no GPU, gradients reduced by the engine, DeepSpeed's batch, accumulation and clipping from the run's config"
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs, DistributedDataParallelKwargs
+    cuda, ds = torch.cuda.is_available(), _uses_deepspeed()
+    want = dict(per_device_batch=roll.per_device_batch, grad_accum=upd.grad_accum, max_grad_norm=upd.max_grad_norm)
+    if ds:                                   # the launcher's values, if any, must agree; else the run's are used
+        for f, env in _DS_ENV.items():
+            if env in os.environ and os.environ[env] != 'auto' and float(os.environ[env]) != float(want[f]):
+                raise ValueError(f"{f}: the accelerate config sets {env.split('_', 1)[1].lower()} {os.environ[env]} but the run's "
+                                 f"{f} is {want[f]}; remove it from the accelerate config (it is derived from the run's) or make them agree")
+            os.environ[env] = str(want[f])
+    handlers = [DistributedDataParallelKwargs(broadcast_buffers=False)]
+    if not cuda and int(os.environ.get('WORLD_SIZE', '1')) > 1: handlers.append(InitProcessGroupKwargs(backend='gloo'))
+    acc = Accelerator(cpu=not cuda and not ds, kwargs_handlers=handlers, gradient_accumulation_steps=upd.grad_accum,
+                      step_scheduler_with_optimizer=False, log_with=None if run.report_to == 'none' else run.report_to,
+                      project_dir=run.output_dir)
+    if ds:
+        c = acc.state.deepspeed_plugin.deepspeed_config
+        for key, f in _DS_FIELDS:
+            v = c.get(key, 'auto')
+            if v == 'auto': c[key] = want[f]
+            elif float(v) != float(want[f]):
+                raise ValueError(f"{f}: the DeepSpeed config file sets {key} {v} but the run's {f} is {want[f]}; "
+                                 f"set it to 'auto' (derived from the run's) or make them agree")
+        c['train_batch_size'] = roll.per_device_batch * upd.grad_accum * acc.num_processes
+        if upd.micro_batch is not None:
+            raise ValueError("micro_batch: DeepSpeed runs differentiate each rollout batch in one pass (micro_batch: null)")
+    return acc
+
+# %% ../nbs/12_train.ipynb #tr5same01
+def trainable_digest(model:nn.Module)->Tensor:
+    "[32] int64: a SHA-256 of every trainable parameter's name, shape and bytes, in order"
+    h = hashlib.sha256()
+    for n, p in model.named_parameters():
+        if p.requires_grad:
+            h.update(n.encode()); h.update(str(tuple(p.shape)).encode())
+            h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+    return torch.tensor(list(h.digest()), dtype=torch.int64)
+
+def check_same_params(acc, model:nn.Module, when:str='start'):
+    "Raise unless every process holds bitwise the same trainable parameters"
+    if acc.num_processes == 1: return
+    d = acc.gather(trainable_digest(model).to(acc.device)).view(acc.num_processes, -1).cpu()
+    if bad := [i for i in range(1, len(d)) if not torch.equal(d[i], d[0])]:
+        raise RuntimeError(f"at the {when} of training, process(es) {bad} hold other trainable parameters than process 0" + (" (an unseeded initialisation?)" if when == 'start' else ''))
+
+@contextmanager
+def through(m:MDLM, net:nn.Module):
+    "Run `m`'s forward passes through `net` (the engine's wrapper of `m.model`) in eval mode: no dropout, backward included"
+    inner = m.model
+    m.model = net
+    try:
+        with eval_mode(net): yield m
+    finally: m.model = inner
+
 # %% ../nbs/12_train.ipynb #8fe1c424
+def _optimizer(params:list, upd:UpdateCfg, max_steps:int)->tuple:
+    "AdamW and a constant schedule after a linear warmup whose first step already runs at lr / warmup steps"
+    opt = torch.optim.AdamW(params, lr=upd.learning_rate, betas=(upd.adam_beta1, upd.adam_beta2), weight_decay=upd.weight_decay)
+    warm = math.ceil(upd.warmup_ratio * max_steps)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1., (i + 1) / warm) if warm else 1.)
+
 def train(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->dict:
     "Mask-aware RL: per cycle, `grad_accum` rollout batches, then `inner_updates` optimizer steps on them; returns a summary (with the trained `model`)"
-    from accelerate import Accelerator
     from accelerate.utils import DistributedType
-    from transformers import get_constant_schedule_with_warmup
-    acc = Accelerator(cpu=not torch.cuda.is_available(), log_with=None if run.report_to == 'none' else run.report_to, project_dir=run.output_dir)
-    rank, world, main = acc.process_index, acc.num_processes, acc.is_main_process
-    validate(run, roll, upd, world)
+    validate(run, roll, upd, int(os.environ.get('WORLD_SIZE', 1)))
+    check_data(run)
+    acc = make_accelerator(run, roll, upd)
+    validate(run, roll, upd, acc.num_processes)
     cfg, out = resolved_config(run, roll, upd), Path(run.output_dir)
-    check_output_dir(run, cfg)
     ckpt = find_checkpoint(run)
-    if acc.distributed_type == DistributedType.DEEPSPEED and upd.micro_batch is not None:
-        raise ValueError("micro_batch: DeepSpeed runs differentiate each rollout batch in one pass (micro_batch: null)")
-    with acc.main_process_first(): m = load_policy(run, roll, acc.device)
-    acc.wait_for_everyone()
-    params = [p for p in m.model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=upd.learning_rate, betas=(upd.adam_beta1, upd.adam_beta2), weight_decay=upd.weight_decay)
-    sched = get_constant_schedule_with_warmup(opt, math.ceil(upd.warmup_ratio * run.max_steps))
+    check_output_dir(run, cfg, ckpt)
+    lock = RunLock(out) if acc.is_main_process else nullcontext()
+    with lock, Preemption() as stop:
+        acc.wait_for_everyone()
+        return _train(run, roll, upd, acc, cfg, out, ckpt, stop)
+
+def _train(run, roll, upd, acc, cfg, out, ckpt, stop)->dict:
+    from accelerate.utils import DistributedType
+    rank, world, main = acc.process_index, acc.num_processes, acc.is_main_process
     ds = acc.distributed_type == DistributedType.DEEPSPEED
-    if ds: m.model, opt, sched = acc.prepare(m.model, opt, sched)
+    with acc.main_process_first(): m = load_policy(run, roll, acc.device)
+    params = [p for p in m.model.parameters() if p.requires_grad]
+    check_same_params(acc, m.model)
+    opt, sched = _optimizer(params, upd, run.max_steps)
+    net, popt = acc.prepare(m.model, opt)            # DDP / DeepSpeed engine: it reduces (and, for DeepSpeed, clips) gradients
+    m.model = acc.unwrap_model(net)                   # sampling and evaluation run the plain module, on every process alike
+    acc.register_for_checkpointing(sched)
+    if not ds: acc.register_save_state_pre_hook(_trainable_only)
     # sampling noise differs per process; segment draws are one global draw (the same on every process), sliced per process
     gens = dict(rollout=make_gen(run.seed * 1000 + rank, m.device), segments=make_gen(run.seed * 1000 + 500))
     random.seed(run.seed); np.random.seed(run.seed)
     records, held = train_records(run, m.tokenizer), eval_records(run, m.tokenizer)
-    state, buffer = dict(step=0, epoch=0, cursor=0, inner=0, rollout_batches=0), None
-    if ckpt: state, buffer = load_checkpoint(ckpt, m, opt, sched, gens, rank)
+    state, buffer = dict(step=0, epoch=0, cursor=0, inner=0, rollout_batches=0, skipped=0), None
+    if ckpt:
+        state, buffer = load_checkpoint(acc, ckpt, m, gens)
+        state.setdefault('skipped', 0)
     if main:
         out.mkdir(parents=True, exist_ok=True)
         (out/'config.json').write_text(json.dumps(cfg, indent=1))
@@ -552,18 +692,25 @@ def train(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->dict:
     gather = acc.gather if world > 1 else None
     reduce = (lambda x: acc.reduce(x, 'sum')) if world > 1 else None
     summary = dict(output_dir=str(out))
-    if held and not ckpt:
+    if ckpt and (ckpt/'eval_before.json').exists(): summary['before'] = json.loads((ckpt/'eval_before.json').read_text())
+    elif held:
         summary['before'] = greedy_eval(m, held, run.task, roll, workers=run.reward_workers, rank=rank, world=world, reduce=reduce)
-        if main: print(f"before RL: {_fmt(summary['before'])}")
+        if main: (out/'eval_before.json').write_text(json.dumps(summary['before']))
+    if main and 'before' in summary: print(f"before RL: {_fmt(summary['before'])}")
     n_prompts = roll.per_device_batch * world // roll.group_size
     prompt_state = dict(epoch=state['epoch'], cursor=state['cursor'])
     if main and ckpt and (out/'metrics.jsonl').exists():   # steps logged after the checkpoint are taken again
         kept = [l for l in (out/'metrics.jsonl').read_text().splitlines() if l.strip() and json.loads(l)['step'] <= state['step']]
         (out/'metrics.jsonl').write_text(''.join(l + '\n' for l in kept))
     log = (out/'metrics.jsonl').open('a') if main else None
-    first_rollout = None
+    first, first_recs = _first_rollout(out, ckpt, m.device)
+    guard = StepGuard(run.max_skipped_steps)
     from tqdm.auto import tqdm
     bar = tqdm(total=run.max_steps, initial=state['step'], desc='RL', unit='step', disable=not (main and run.progress), mininterval=1.)
+    def save(step:int):
+        extra = {'eval_before.json': summary['before']} if 'before' in summary else {}
+        save_checkpoint(acc, out/f"checkpoint-{step}", m, state, buffer if state['inner'] else None, gens, cfg, extra)
+        if main and run.save_total_limit: prune(out, run.save_total_limit)
     while state['step'] < run.max_steps:
         t_phase = dict(rollout=0., scoring=0., update=0.)
         if state['inner'] == 0 or buffer is None:
@@ -577,54 +724,90 @@ def train(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->dict:
                 buffer.append(b)
                 for k in t: t_phase[k] += t[k]
             state['epoch'], state['cursor'] = prompt_state['epoch'], prompt_state['cursor']
-            if first_rollout is None: first_rollout = buffer[0].r
+            if first is None:
+                first, first_recs = buffer[0].r, buffer[0].records
+                if main: torch.save(dict(r=_to(first, 'cpu'), records=first_recs), out/'first_rollout.pt')
         t0 = time.perf_counter()
-        mets, pairs = {}, 0
-        backward, B = (acc.backward if ds else (lambda x: x.backward())), roll.per_device_batch
+        mets, pairs, B = {}, 0, roll.per_device_batch
+        skipped_before = getattr(net, 'skipped_steps', 0)
+        lr = opt.param_groups[0]['lr']                  # the rate this step uses
         for b in buffer:
             keys = torch.rand(B * world, roll.n_segments, generator=gens['segments'])[rank * B:(rank + 1) * B]
             seg = sample_segments(b.r, roll.n_segments, upd.segments_per_update, keys=keys)
-            met, n = update_stage(m, b, seg, roll, upd, backward, scale=1. if ds else 1. / len(buffer))
+            with acc.accumulate(net), through(m, net):  # one optimizer step per trainer step; the loss is divided by grad_accum
+                met, n = update_stage(m, b, seg, roll, upd, acc.backward)
+                if n == 0: acc.backward(sum(p.sum() for p in params) * 0.)   # every process takes part in every reduction
             pairs += n
             for k, v in met.items(): mets[k] = mets.get(k, 0.) + v / len(buffer)
         if world > 1:                                       # the loss metrics of all processes
-            mets = {k: acc.reduce(torch.tensor(v, device=m.device), 'mean').item() for k, v in mets.items()}
-        if world > 1 and not ds:                            # average the gradients over processes (what DDP does)
-            for p in params:
-                if p.grad is None: p.grad = torch.zeros_like(p)
-                torch.distributed.all_reduce(p.grad); p.grad /= world
-        grad_norm = acc.clip_grad_norm_(params, upd.max_grad_norm) if ds else torch.nn.utils.clip_grad_norm_(params, upd.max_grad_norm)
-        opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
+            mets = {k: acc.reduce(torch.tensor(float(v), device=m.device), 'mean').item() for k, v in mets.items()}
+        grad_norm = acc.clip_grad_norm_(params, upd.max_grad_norm)   # DeepSpeed: clipped by the engine; the norm before clipping
+        grad_norm = float('nan') if grad_norm is None else float(grad_norm)
+        if ds and getattr(net, 'skipped_steps', 0) != skipped_before: grad_norm = float('nan')   # the engine skipped a non-finite step
+        finite = math.isfinite(grad_norm) and all(math.isfinite(v) for v in mets.values())
+        if finite and not ds: popt.step()
+        popt.zero_grad(set_to_none=True)
+        sched.step()
         t_phase['update'] = time.perf_counter() - t0
         state['step'] += 1
         state['inner'] = (state['inner'] + 1) % upd.inner_updates
+        if not finite: state['skipped'] += 1
         rm = {k: sum(b.metrics[k] for b in buffer) / len(buffer) for k in buffer[0].metrics}
-        row = dict(step=state['step'], **rm, **mets, grad_norm=float(grad_norm), lr=sched.get_last_lr()[0],
+        row = dict(step=state['step'], **rm, **mets, grad_norm=grad_norm, lr=lr, skipped=int(not finite), skipped_total=state['skipped'],
+                   optimizer_steps=_adam_steps(opt),
                    fwd_per_seq=(roll.steps if t_phase['rollout'] else 0) + pairs / (B * len(buffer)),
                    **{f"{k}_s": v for k, v in t_phase.items()})
         if main:
             log.write(json.dumps(row) + '\n'); log.flush()
             bar.update(1); bar.set_postfix(reward=f"{rm['reward']:.3f}")
+            if not finite: print(f"step {state['step']}: non-finite loss or gradient norm ({grad_norm}); optimizer step skipped", flush=True)
         if run.report_to != 'none': acc.log(row, step=state['step'])
-        if (run.save_steps and state['step'] % run.save_steps == 0) or state['step'] == run.max_steps:
-            save_checkpoint(out/f"checkpoint-{state['step']}", m, opt, sched, state, buffer if state['inner'] else None,
-                            gens, cfg, rank, main, acc.wait_for_everyone)
+        guard.check(grad_norm=grad_norm, **mets)            # stops the run after max_skipped_steps skipped steps in a row
+        preempted = _any(acc, stop.requested)
+        if (run.save_steps and state['step'] % run.save_steps == 0) or state['step'] == run.max_steps or preempted: save(state['step'])
+        if preempted:
+            bar.close()
+            if log: log.close()
+            if main: print(f"stopped by signal after step {state['step']} (saved checkpoint-{state['step']}); resume with:\n  "
+                           f"{resume_command(out)}", flush=True)
+            raise SystemExit(stop.exit_code or 143)
     bar.close()
     if log: log.close()
+    check_same_params(acc, m.model, 'end')
     if held:
         summary['after'] = greedy_eval(m, held, run.task, roll, workers=run.reward_workers, rank=rank, world=world, reduce=reduce)
         if main: print(f"after RL:  {_fmt(summary['after'])}")
-    if main and run.report and first_rollout is not None:
-        last = generate(m, first_rollout.ids[:, :first_rollout.prompt_len], first_rollout.attn[:, :first_rollout.prompt_len],
+    if main and run.report and first is not None:
+        last = generate(m, first.ids[:, :first.prompt_len], first.attn[:, :first.prompt_len],
                         generator=make_gen(run.seed, m.device), **asdict(roll.settings()))
-        summary['report'] = str(write_report(out, first_rollout, last, summary))
+        summary['report'] = str(write_report(out, first, last, summary, cfg=cfg, records=first_recs))
         print(f"report: {summary['report']}")
     if main: (out/'summary.json').write_text(json.dumps(summary, indent=1))
     if run.report_to != 'none': acc.end_training()
     summary['model'] = m
     return summary
 
+def _adam_steps(opt)->int:
+    "The optimizer's own count of the steps it took (AdamW's per-parameter `step`; under DeepSpeed, of its flat partitions)"
+    return int(max((float(s['step']) for s in opt.state.values() if 'step' in s), default=0))
+
 def _fmt(d:dict)->str: return ', '.join(f"{k} {v:.3f}" for k, v in d.items())
+
+def resume_command(out:Path)->str:
+    "The command that resumes the run in `out` (the same launcher and arguments, resuming its latest checkpoint)"
+    import shlex, sys
+    args = [a for a in sys.argv[1:]]
+    i = next((j for j, a in enumerate(args) if a.split('=')[0] == '--resume_from_checkpoint'), None)
+    if i is not None: args = args[:i] + args[i + (1 if '=' in args[i] else 2):]
+    launch = 'accelerate launch' if 'ACCELERATE_DYNAMO_BACKEND' in os.environ or 'LOCAL_RANK' in os.environ else 'python'
+    return ' '.join([launch, shlex.quote(sys.argv[0] or 'scripts/train.py'), *map(shlex.quote, args), '--resume_from_checkpoint', 'latest'])
+
+def _first_rollout(out:Path, ckpt, device)->tuple:
+    "(the first rollout batch of a resumed run, its records), kept for the report; (None, None) when there is none"
+    p = out/'first_rollout.pt'
+    if not (ckpt and p.exists()): return None, None
+    f = torch.load(p, weights_only=False)
+    return _to(f['r'], device), f['records']
 
 def _save_rollout(out:Path, i:int, rank:int, r:Rollout):
     (out/'rollouts').mkdir(parents=True, exist_ok=True)
@@ -638,39 +821,3 @@ def _replayed(run:RunCfg, i:int, rank:int, world:int, roll:RolloutCfg, device)->
     cat = {f.name: torch.cat([getattr(r_, f.name) for r_ in rs]) for f in fields(rs[0]) if isinstance(getattr(rs[0], f.name), Tensor)}
     b = roll.per_device_batch
     return _to(dataclasses.replace(rs[0], **{k: v[rank * b:(rank + 1) * b] for k, v in cat.items()}), device)
-
-# %% ../nbs/12_train.ipynb #ed63e909
-def unmask_order_heatmap(r:Rollout, rows:int=8, title:str='')->"go.Figure":
-    "Heatmap of the step at which each completion position was kept, for the first `rows` rollouts"
-    import plotly.graph_objects as go
-    z = r.unmask_step[:rows].cpu().numpy()
-    return go.Figure(go.Heatmap(z=z, colorscale='Viridis', colorbar=dict(title='step'),
-                                hovertemplate='sequence %{y}, position %{x}: kept at step %{z}<extra></extra>'),
-                     layout=dict(title=title, xaxis_title='completion position', yaxis_title='rollout', height=300))
-
-# %% ../nbs/12_train.ipynb #e6ab69fb
-def write_report(out:Path, before:Rollout, after:Rollout, summary:dict)->Path:
-    "A self-contained HTML report of a run: rewards, ratios and clipping, time per phase, unmasking order before and after"
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-    rows = [json.loads(l) for l in (Path(out)/'metrics.jsonl').read_text().splitlines() if l.strip()]
-    x = [r_['step'] for r_ in rows]
-    col = lambda k: [r_.get(k) for r_ in rows]
-    fig = make_subplots(rows=2, cols=2, subplot_titles=('reward and accuracy', 'ratios', 'clip fractions', 'seconds per phase'))
-    for k in ('reward', 'accuracy', 'solved'):
-        if k in rows[0]: fig.add_scatter(x=x, y=col(k), name=k, row=1, col=1)
-    for k in ('ratio_token', 'ratio_pos'):
-        if k in rows[0]: fig.add_scatter(x=x, y=col(k), name=k, row=1, col=2)
-    for k in ('clip_frac_token', 'clip_frac_pos'):
-        if k in rows[0]: fig.add_scatter(x=x, y=col(k), name=k, row=2, col=1)
-    for k in ('rollout_s', 'scoring_s', 'update_s'): fig.add_bar(x=x, y=col(k), name=k, row=2, col=2)
-    fig.update_layout(barmode='stack', height=700, title='mapg run: ' + str(out))
-    parts = [fig.to_html(full_html=False, include_plotlyjs=True)]
-    parts += [unmask_order_heatmap(r_, title=t).to_html(full_html=False, include_plotlyjs=False)
-              for r_, t in ((before, 'unmasking order, first rollout batch'), (after, 'unmasking order, same prompts after training'))]
-    ev = ''.join(f"<tr><td>{k}</td><td>{summary.get('before', {}).get(k, float('nan')):.3f}</td><td>{v:.3f}</td></tr>"
-                 for k, v in summary.get('after', {}).items())
-    table = f"<h3>Greedy evaluation (held-out prompts)</h3><table><tr><th></th><th>before</th><th>after</th></tr>{ev}</table>" if ev else ''
-    p = Path(out)/'report.html'
-    p.write_text(f"<html><head><meta charset='utf-8'><title>mapg report</title></head><body>{table}{''.join(parts)}</body></html>")
-    return p

@@ -29,17 +29,22 @@ REPORT = OUT/'report.json'
 SITE_URL = 'https://mapg.github.io/mapg/'       # doc_host + doc_baseurl in settings.ini
 PAPER_URL = 'https://github.com/Haran71/mask-aware-policy-gradients'   # where the paper itself points (its code)
 MATHJAX = NPM/'node_modules'/'mathjax'
+ASSETS = {'.png', '.jpg', '.jpeg', '.svg', '.gif', '.json', '.csv'}
 CHROMIUM_NAMES = ('chromium', 'chromium-browser', 'google-chrome', 'google-chrome-stable')
 # Flags that let Chromium run headless as root in a container, with no network chatter and a fresh profile.
 CHROMIUM_FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
                   '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-dev-shm-usage',
                   '--hide-scrollbars', '--mute-audio']
 
+def rel(p)->str:
+    "A notebook's name in the report and on the site: its path under nbs/ (`01_mdp.ipynb`, `tutorials/train_toy.ipynb`)"
+    return Path(p).relative_to(NBS).as_posix()
+
 def notebooks(only=None):
     "Notebooks under nbs/ that the site renders (nbdev skips names starting with `_` or `.`)"
     nbs = sorted(p for p in NBS.rglob('*.ipynb')
                  if not any(part.startswith(('_', '.')) for part in p.relative_to(NBS).parts))
-    if only: nbs = [p for p in nbs if p.stem in only or p.name in only]
+    if only: nbs = [p for p in nbs if {p.stem, p.name, rel(p), rel(p)[:-len('.ipynb')]} & set(only)]
     return nbs
 
 # ---------------------------------------------------------------- 1. nbdev's docs processing, one process each
@@ -74,7 +79,7 @@ def _stale(src, dst):
 def process(nbs, force=False, workers=1, timeout=600):
     "Process `nbs` (only those changed since their last processing unless `force`); return the per-notebook report"
     report = json.loads(REPORT.read_text()).get('notebooks', {}) if REPORT.exists() else {}
-    todo = [p for p in nbs if force or p.name not in report or _stale(p, PROC/p.relative_to(NBS))]
+    todo = [p for p in nbs if force or rel(p) not in report or _stale(p, PROC/p.relative_to(NBS))]
     def one(src):
         dst, res = PROC/src.relative_to(NBS), OUT/'tmp'/f'{src.stem}.json'
         res.parent.mkdir(parents=True, exist_ok=True); res.unlink(missing_ok=True)
@@ -87,12 +92,12 @@ def process(nbs, force=False, workers=1, timeout=600):
         except subprocess.TimeoutExpired: r = dict(warnings=[], error=f'the docs processing took more than {timeout}s')
         if r['error']: dst.unlink(missing_ok=True)
         r['seconds'] = round(time.time() - t0, 1)
-        print(f"  {src.name}: {r['seconds']}s" + (' ERROR' if r['error'] else '') +
+        print(f"  {rel(src)}: {r['seconds']}s" + (' ERROR' if r['error'] else '') +
               (f", {len(r['warnings'])} warning(s)" if r['warnings'] else ''), flush=True)
-        return src.name, r
+        return rel(src), r
     with ThreadPoolExecutor(workers) as ex:
         for name, r in ex.map(one, todo): report[name] = r
-    names = {p.name: p for p in notebooks()}
+    names = {rel(p): p for p in notebooks()}
     for k in report:
         if k in names: report[k]['notes'] = card_notes(names[k])
     return {k: v for k, v in sorted(report.items()) if k in names}
@@ -179,9 +184,11 @@ def page_name(nb_path):
     "The page a processed notebook becomes (nbdev's `output-file`, e.g. `01_mdp.ipynb` -> `mdp.html`)"
     import nbformat
     _, fm = _frontmatter(nbformat.read(nb_path, as_version=4))
-    return fm.get('output-file') or re.sub(r'^\d+[a-z]?_', '', nb_path.stem) + '.html'
+    folder = Path(nb_path).parent.relative_to(PROC if PROC in Path(nb_path).parents else NBS).as_posix()
+    name = fm.get('output-file') or re.sub(r'^\d+[a-z]?_', '', nb_path.stem) + '.html'
+    return name if folder == '.' else f'{folder}/{name}'
 
-def _prepare(nb, pages):
+def _prepare(nb, pages, here='.'):
     "Apply Quarto's cell options and frontmatter to a processed notebook so nbconvert renders what Quarto would"
     import nbformat
     fm_cell, fm = _frontmatter(nb)
@@ -197,8 +204,8 @@ def _prepare(nb, pages):
             if not c.outputs and not src.strip(): continue
             for o in c.outputs:
                 md = o.get('data', {}).get('text/markdown')
-                if md is not None: o['data']['text/markdown'] = _fix_md(md, pages)
-        elif c.cell_type == 'markdown': c.source = _fix_md(c.source, pages)
+                if md is not None: o['data']['text/markdown'] = _fix_md(md, pages, here)
+        elif c.cell_type == 'markdown': c.source = _fix_md(c.source, pages, here)
         cells.append(c)
     from nbconvert.filters.markdown_mistune import markdown2html_mistune
     desc = fm.get('description')
@@ -206,14 +213,18 @@ def _prepare(nb, pages):
     nb.cells = ([nbformat.v4.new_markdown_cell(head)] if fm.get('title') else []) + cells
     return fm
 
-def _fix_md(md, pages):
+def _fix_md(md, pages, here='.'):
     "Pandoc link attributes dropped; links to notebooks and into the published site point to the local pages"
     md = re.sub(r'(\]\([^)\s]*\))\{[^}]*\}', r'\1', md)
     def link(m):
         url = m.group(2)
-        if url.startswith(SITE_URL): url = url[len(SITE_URL):]
+        site = url.startswith(SITE_URL)
+        if site: url = url[len(SITE_URL):]
         path, _, frag = url.partition('#')
-        if path in pages: path = pages[path]        # a notebook next to this one (all pages sit in one folder)
+        if re.match(r'[a-z]+:|/', path): return m.group(0)
+        nb = path if site else os.path.normpath(os.path.join(here, path)).replace(os.sep, '/')
+        if nb in pages: path = os.path.relpath(pages[nb], here).replace(os.sep, '/')   # the notebook's page, from this page
+        elif site: path = os.path.relpath(path, here).replace(os.sep, '/') if path else path
         return m.group(1) + path + ('#' + frag if frag else '') + ')'
     return re.sub(r'(\]\()([^)\s]+)(?=\))\)', link, md)
 
@@ -224,16 +235,21 @@ def render(nb_path, pages):
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
     nb = nbformat.read(nb_path, as_version=4)
-    fm = _prepare(nb, pages)
+    name = nb_path.relative_to(PROC).as_posix()
+    here = os.path.dirname(name) or '.'
+    fm = _prepare(nb, pages, here)
     ex = HTMLExporter(template_file='mapg_check.html.j2', extra_loaders=[DictLoader({'mapg_check.html.j2': _TEMPLATE})])
     ex.exclude_input_prompt = ex.exclude_output_prompt = True
     html, _ = ex.from_notebook_node(nb, resources={'metadata': {'name': fm.get('title', nb_path.stem)}})
     soup = BeautifulSoup(html, 'html.parser')
     for a in soup.select('a.anchor-link'): a.decompose()
     for h in soup.find_all(re.compile('^h[1-6]$')): h['id'] = pandoc_id(h.get_text())
+    up = '../' * pages[name].count('/')
     for a in soup.find_all('a', href=True):              # what Quarto does for links to pages with output-file
-        if a['href'].startswith(SITE_URL): a['href'] = a['href'][len(SITE_URL):]
-    (SITE/pages[nb_path.name]).write_text(str(soup))
+        if a['href'].startswith(SITE_URL): a['href'] = up + a['href'][len(SITE_URL):]
+    out = str(soup).replace("'mathjax/es5'", f"'{up}mathjax/es5'").replace('"mathjax/es5/', f'"{up}mathjax/es5/')
+    (SITE/pages[name]).parent.mkdir(parents=True, exist_ok=True)
+    (SITE/pages[name]).write_text(out)
     return fm.get('title', '')
 
 def ensure_mathjax():
@@ -259,13 +275,17 @@ def ensure_chromium():
 def build_site(report):
     "Render every processed notebook that has no error; returns {notebook: page}"
     SITE.mkdir(parents=True, exist_ok=True)
-    for old in SITE.glob('*.html'): old.unlink()
+    for old in SITE.rglob('*.html'): old.unlink()
+    for f in NBS.rglob('*'):                             # images and data next to the notebooks (Quarto copies what pages use)
+        if f.suffix.lower() in ASSETS and not any(x.startswith(('_', '.')) for x in f.relative_to(NBS).parts):
+            (SITE/f.relative_to(NBS)).parent.mkdir(parents=True, exist_ok=True); shutil.copy2(f, SITE/f.relative_to(NBS))
     if ensure_mathjax() and not (SITE/'mathjax').exists(): (SITE/'mathjax').symlink_to(MATHJAX.resolve(), target_is_directory=True)
     ok = [PROC/n for n, r in report.items() if not r['error'] and (PROC/n).exists()]
-    pages = {p.name: page_name(p) for p in ok}
+    pages = {p.relative_to(PROC).as_posix(): page_name(p) for p in ok}
     for p in ok:
-        report[p.name]['page'] = pages[p.name]
-        report[p.name]['title'] = render(p, pages)
+        n = p.relative_to(PROC).as_posix()
+        report[n]['page'] = pages[n]
+        report[n]['title'] = render(p, pages)
     return pages
 
 def field_table(cls):

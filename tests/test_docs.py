@@ -3,8 +3,9 @@
 Static checks of the notebooks' prose (no browser needed), then nbdev's docs processing over every notebook
 (`scripts/render_docs.py`: no error, no warning), then every page opened in headless Chromium: it loads, has its
 title, MathJax 3 typesets it without error, it shows no traceback or error output, its figures are there, and none
-of its internal links is dead. Screenshots of the index and of a reference page are saved to
-`_docs_check/screenshots/`. The browser part skips, saying why, where Chromium or MathJax cannot be had.
+of its internal links is dead, no table on it is broken. The Tutorials and Explanations of the sidebar are pages of
+their own, each with a figure, and no page prints a raw Markdown table. Screenshots of the index, a reference page and
+a tutorial are saved to `_docs_check/screenshots/`. The browser part skips, saying why, where Chromium or MathJax cannot be had.
 """
 import functools, http.server, json, os, re, runpy, subprocess, sys, tempfile, threading
 from concurrent.futures import ThreadPoolExecutor
@@ -19,9 +20,11 @@ sys.path.insert(0, str(ROOT/'scripts'))
 import render_docs as rd
 
 NBS, NBS_DIR = rd.notebooks(), rd.NBS
-IDS = [p.stem for p in NBS]
+IDS = [rd.rel(p)[:-len('.ipynb')] for p in NBS]
 SHOTS = rd.OUT/'screenshots'
-SHOT_PAGES = {'index.ipynb': 'index.png', '01_mdp.ipynb': 'reference_mdp.png'}
+SHOT_PAGES = {'index.ipynb': 'index.png', '01_mdp.ipynb': 'reference_mdp.png', 'tutorials/train_toy.ipynb': 'tutorial_train_toy.png'}
+# Pages known to print a raw Markdown table, with what they need; a page that stops printing one fails until it is removed here.
+RAW_TABLES_KNOWN = {'13_evaluate.ipynb': 'prints results.md: render it with a rich display (_repr_markdown_) instead'}
 # Every exported record, with the notebook whose page must document its fields one by one.
 RECORDS = {'mapg.core.Tok': '00_core', 'mapg.policy.GenSettings': '04_policy', 'mapg.sampler.Rollout': '05_sampler',
            'mapg.models.Family': '03_models', 'mapg.sandbox.SandboxCfg': '08_sandbox', 'mapg.data.DataSpec': '11_data',
@@ -65,7 +68,7 @@ def test_gpu_and_slow_cells_not_run_by_docs(nb):
 
 @pytest.mark.parametrize('rec', RECORDS, ids=list(RECORDS))
 def test_records_documented_field_by_field(rec):
-    "`show_doc` drops a dataclass's field comments: the page carries a table with one row per field, kept in sync"
+    "`show_doc` drops a dataclass's field comments: the page renders `fields_table(Name)` (or, until converted, a hand table in sync)"
     import dataclasses, importlib
     from fastcore.docments import docments
     mod, _, name = rec.rpartition('.')
@@ -73,6 +76,18 @@ def test_records_documented_field_by_field(rec):
     except (ImportError, AttributeError) as e: pytest.fail(f'{rec} cannot be imported: {e}')
     nb = next(NBS_DIR.glob(f'{RECORDS[rec]}*.ipynb'), None)
     assert nb, f'no notebook {RECORDS[rec]}*.ipynb'
+    from mapg.core import fields_table
+    cell = next((c for c in json.loads(nb.read_text())['cells'] if c['cell_type'] == 'code'
+                 and re.search(rf'^fields_table\({name}\)\s*$', ''.join(c['source']), re.M)), None)
+    if cell is not None:                                  # built from the module at docs time (`exec_doc`)
+        src = ''.join(cell['source'])
+        assert re.search(r'^#\|\s*exec_doc', src, re.M) and re.search(r'^#\|\s*echo:\s*false', src, re.M), \
+            f'{nb.name}: the fields_table({name}) cell needs `#| echo: false` and `#| exec_doc`'
+        md = fields_table(cls)._repr_markdown_().splitlines()
+        test_rows = [l for l in md if re.match(r'\| `', l)]
+        assert [re.match(r'\| `(\w+)`', l).group(1) for l in test_rows] == [f.name for f in dataclasses.fields(cls)]
+        assert all(l.count('|') == 5 for l in md), f'{name}: a pipe breaks its table: {md}'
+        return
     rows = [l for src in _cells(nb) for l in src.splitlines() if l.lstrip().startswith('|')]
     dm, missing = docments(cls, full=True), []
     for f in dataclasses.fields(cls):
@@ -80,13 +95,16 @@ def test_records_documented_field_by_field(rec):
         doc = ' '.join((dm.get(f.name, {}).get('docment') or '').split())
         if row is None or (doc and doc.replace('|', r'\|') not in ' '.join(row.split())): missing.append(f.name)
     assert not missing, (f'{nb.name}: the field table of {name} lacks or differs on {missing}; '
-                         f'`python scripts/render_docs.py fields {rec}` prints the table to paste under its card')
+                         f'replace it by a cell `#| echo: false`, `#| exec_doc`, `fields_table({name})` under its card')
 
+
+def _sections():
+    sb = yaml.safe_load((NBS_DIR/'sidebar.yml').read_text())['website']['sidebar']['contents']
+    return {s['section']: s['contents'] for s in sb if isinstance(s, dict) and 'section' in s}
 
 def test_sidebar():
     "Get started, Tutorials, Explanations, Reference; every numbered notebook is in Reference; every link resolves"
-    sb = yaml.safe_load((NBS_DIR/'sidebar.yml').read_text())['website']['sidebar']['contents']
-    sections = {s['section']: s['contents'] for s in sb if isinstance(s, dict) and 'section' in s}
+    sections = _sections()
     assert list(sections)[:4] == ['Get started', 'Tutorials', 'Explanations', 'Reference']
     globs = [e['auto'] for e in sections['Reference'] if isinstance(e, dict) and 'auto' in e]
     files = [e if isinstance(e, str) else e.get('href', '') for e in sections['Reference']]
@@ -100,6 +118,44 @@ def test_sidebar():
             assert (NBS_DIR/path).exists(), f'sidebar links to missing {href}'
             heads = [m for src in _cells(NBS_DIR/path) for m in re.findall(r'^#+\s+(.+?)\s*$', src, re.M)]
             assert not frag or frag in {rd.pandoc_id(h) for h in heads}, f'sidebar links to a missing section: {href}'
+
+def _has_figure(nb_path):
+    "An image among the notebook's outputs, or a Markdown image whose file exists next to it"
+    cells = json.loads(nb_path.read_text())['cells']
+    if any({'image/png', 'image/svg+xml', 'image/jpeg'} & set(o.get('data', {})) for c in cells for o in c.get('outputs', [])): return True
+    imgs = [u for c in cells if c['cell_type'] == 'markdown' for u in re.findall(r'!\[[^\]]*\]\(([^)\s]+)\)', ''.join(c['source']))]
+    return any((nb_path.parent/unquote(u)).exists() for u in imgs if not re.match(r'[a-z]+:', u))
+
+@pytest.mark.parametrize('section,folder', [('Tutorials', 'tutorials'), ('Explanations', 'explanations')])
+def test_tutorials_and_explanations_are_pages(section, folder):
+    "Each entry is a notebook of its own in its folder (not a link into a reference page), with at least one figure"
+    entries = [e if isinstance(e, str) else e.get('href', '') for e in _sections()[section]]
+    assert len(entries) >= 2, entries
+    for href in entries:
+        assert href.startswith(folder + '/') and '#' not in href, f'{section} links to {href}, not a page of its own in {folder}/'
+        assert (NBS_DIR/href).exists(), f'{section}: {href} does not exist'
+        assert _has_figure(NBS_DIR/href), f'{href} has no figure'
+
+_RAW_TABLE = re.compile(r'^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)+\|?\s*$', re.M)
+def _raw_tables(nb_path):
+    "Outputs that print a Markdown table as text (stdout, or a plain-text result with no rich display)"
+    out = []
+    for i, c in enumerate(json.loads(nb_path.read_text())['cells']):
+        for o in c.get('outputs', []):
+            d = o.get('data', {})
+            txt = ''.join(o.get('text', '')) if o.get('output_type') == 'stream' else \
+                  ''.join(d.get('text/plain', '')) if not {'text/markdown', 'text/html', 'image/png'} & set(d) else ''
+            if _RAW_TABLE.search(txt): out.append(f'cell {i}: {txt[:80]!r}')
+    return out
+
+@pytest.mark.parametrize('nb', NBS, ids=IDS)
+def test_no_raw_markdown_tables(nb):
+    "Tables are rendered (a rich display), never printed as pipes and dashes"
+    raw, known = _raw_tables(nb), RAW_TABLES_KNOWN.get(rd.rel(nb))
+    if known:
+        assert raw, f'{rd.rel(nb)} no longer prints a raw table: remove it from RAW_TABLES_KNOWN'
+        pytest.xfail(f'{rd.rel(nb)}: {known}')
+    assert not raw, f'{rd.rel(nb)} prints a raw Markdown table: {raw}'
 
 def test_index_links_work_on_site_and_github():
     "Relative links in the index resolve from nbs/ (the site) and, as README.md renders them, from the repository"
@@ -124,8 +180,8 @@ def report():
 
 @pytest.mark.parametrize('nb', NBS, ids=IDS)
 def test_docs_processing_clean(report, nb):
-    r = report.get(nb.name)
-    assert r, f'{nb.name} was not processed'
+    r = report.get(rd.rel(nb))
+    assert r, f'{rd.rel(nb)} was not processed'
     assert not r['error'], f"{nb.name}: nbdev's docs processing fails:\n{r['error']}"
     assert not r['warnings'], f"{nb.name}: nbdev's docs processing warns:\n" + '\n'.join(r['warnings'])
 
@@ -196,9 +252,9 @@ def _dead_links(soup, page):
 @pytest.mark.parametrize('nb', NBS, ids=IDS)
 def test_page_in_browser(report, doms, nb):
     from bs4 import BeautifulSoup
-    r = report.get(nb.name, {})
+    r = report.get(rd.rel(nb), {})
     assert r.get('page'), f"{nb.name} has no page: nbdev's docs processing failed: {str(r.get('error'))[:1500]}"
-    dom = doms[nb.name]
+    dom = doms[rd.rel(nb)]
     soup = BeautifulSoup(dom, 'html.parser')
     root, problems = soup.find('html'), []
     assert root is not None and root.get('data-loaded') == 'yes', f'{r["page"]} did not load: {dom[:2000]}'
@@ -212,13 +268,18 @@ def test_page_in_browser(report, doms, nb):
     if 'Traceback (most recent call last)' in text or soup.select('[data-mime-type="application/vnd.jupyter.stderr"]'):
         shown = [e.get_text(' ', strip=True)[:200] for e in soup.select('[data-mime-type="application/vnd.jupyter.stderr"]')]
         problems.append(f'traceback or error output shown: {shown}')
-    n_figs = sum(1 for c in json.loads((rd.PROC/nb.name).read_text())['cells'] for o in c.get('outputs', [])
+    n_figs = sum(1 for c in json.loads((rd.PROC/rd.rel(nb)).read_text())['cells'] for o in c.get('outputs', [])
                  if {'image/png', 'image/svg+xml', 'image/jpeg'} & set(o.get('data', {})))
     n_imgs = len(soup.select('.jp-OutputArea-output img, .jp-OutputArea-output svg'))
     if n_imgs < n_figs: problems.append(f'{n_figs} figures in the notebook, {n_imgs} on the page')
     if root.get('data-broken-images', '0') != '0': problems.append(f"{root.get('data-broken-images')} broken image(s)")
     if (dead := _dead_links(soup, r['page'])): problems.append(f'dead internal links: {sorted(set(dead))}')
-    raw = [m for c in json.loads((rd.PROC/nb.name).read_text())['cells'] for o in c.get('outputs', [])
+    for t in soup.select('.jp-RenderedMarkdown table, .jp-RenderedHTMLCommon table'):
+        widths = {len(tr.find_all(['td', 'th'])) for tr in t.find_all('tr')}
+        cells = [c.get_text() for c in t.find_all(['td', 'th'])]
+        if len(widths) > 1 or any('\\|' in c for c in cells):
+            problems.append(f'broken table (row widths {sorted(widths)}): {" | ".join(cells[:8])[:200]}')
+    raw = [m for c in json.loads((rd.PROC/rd.rel(nb)).read_text())['cells'] for o in c.get('outputs', [])
            for blk in re.findall(r'```python(.*?)```', ''.join(o.get('data', {}).get('text/markdown', '')), re.S)
            for m in re.findall(r'\[[^\]]*\]\([^)]*\)', blk)]
     if raw: problems.append(f'raw markdown links in signatures: {raw[:5]}')

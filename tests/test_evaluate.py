@@ -3,7 +3,7 @@ import json, os, shutil, subprocess, sys
 from pathlib import Path
 import pytest, torch
 import mapg.evaluate as ev
-from mapg.evaluate import EvalArgs, evaluate, read_items, PUBLISHED
+from mapg.evaluate import EvalArgs, evaluate, read_items, PUBLISHED, PAPER_TASKS, PREFILL
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ['gsm8k', 'math', 'humaneval', 'mbpp', 'sudoku', 'countdown']
@@ -31,9 +31,15 @@ def test_every_dataset_end_to_end(run):
         items = read_items((out/'items'/'base').glob(f"{name}.rank*.jsonl"))
         assert sorted(items) == ['0', '1']
         for it in items.values():
-            assert {'prompt', 'completion', 'answer', 'reward', 'metrics', 'id', 'steps'} <= set(it)
-            assert it['steps'] == 16 and 'total' in it['reward']
-    assert 'solved' in cells['sudoku_L32_b32']
+            assert {'prompt', 'completion', 'answer', 'reward', 'metrics', 'id', 'steps', 'protocol'} <= set(it)
+            assert it['steps'] == 16 and it['protocol'] == 'paper'
+            if c['task'] in PAPER_TASKS:       # the paper's prompt, the whole canvas, both readings of it
+                assert it['prompt'].endswith(PREFILL) and {'raw', 'read'} <= set(it) and isinstance(it['raw'], str)
+                assert set(it['read']) == {'paper', 'd1'}
+            else: assert 'total' in it['reward']   # code: mapg's prompts and tests under both protocols
+    assert 'solved' in cells['sudoku_L32_b32'] and 'd1' in cells['gsm8k_L32_b32'] and 'math_verify' in cells['math_L32_b32']
+    s = cells['sudoku_L32_b32']
+    assert s['accuracy'] == round(100 * s['right_total'] / s['blanks_total'], 2)   # pooled over puzzles
 
 def test_files_written_and_parsable(run):
     out, res = run
@@ -41,7 +47,7 @@ def test_files_written_and_parsable(run):
     assert back['rows'] == json.loads(json.dumps(res['rows']))
     assert back['settings']['score'] == 'max_logprob' and back['settings']['remasking'] == 'greedy'
     md = (out/'results.md').read_text()
-    for title in ('Table 1 (main_results)', 'Table 5 (planning_results)', 'Sudoku: cell accuracy'):
+    for title in ('Table 1 (main_results)', 'Table 3 (planning_results)', 'Sudoku: cell accuracy', 'How the answers were read'):
         assert title in md
     # every markdown table row has as many cells as its header
     for block in md.split('\n\n'):
@@ -49,7 +55,7 @@ def test_files_written_and_parsable(run):
         if rows: assert len({l.count('|') for l in rows}) == 1, block
     line = next(l for l in md.splitlines() if l.startswith('| LLaDA-8B-Instruct |') and '69.5' in l)
     assert line.split('|')[2].strip() == '-'                      # our GSM8K 32 column: not in the paper
-    ours = next(l for l in md.splitlines() if l.startswith('| mapg: base |'))
+    ours = next(l for l in md.splitlines() if l.startswith('| mapg, paper protocol: base |'))
     assert ours.split('|')[2].strip() == f"{res['rows'][0]['cells']['gsm8k_L32_b32']['accuracy']:.1f}"
     assert (out/'run.json').exists()
 
@@ -57,7 +63,7 @@ def test_chart(run, tmp_path):
     _, res = run
     ev.write_results(res, tmp_path, plot=True)
     html = (tmp_path/'results.html').read_text()
-    assert 'plotly' in html.lower() and 'mapg: base' in html
+    assert 'plotly' in html.lower() and 'mapg, paper protocol: base' in html
 
 def test_resume_skips_finished_items(run, tmp_path, monkeypatch):
     out, res = run
@@ -110,7 +116,10 @@ def test_checkpoint_directory_final_and_best(tmp_path):
     m = add_lora(load_model(kind='toy', device='cpu'), r=4, lora_alpha=8)
     torch.nn.init.normal_(next(p for n, p in m.model.named_parameters() if 'lora_B' in n), std=1.)
     m.model.save_pretrained(tmp_path/'run'/'checkpoint-20'/'adapter')
-    for n in (10, 20): (tmp_path/'run'/f'checkpoint-{n}'/'config.json').write_text('{"task": "sudoku"}')   # the trainer's own config
+    for n in (10, 20):
+        (tmp_path/'run'/f'checkpoint-{n}'/'config.json').write_text('{"task": "sudoku"}')   # the trainer's own config
+        (tmp_path/'run'/f'checkpoint-{n}'/'trainer_state.json').write_text('{"step": %d}' % n)
+    save_toy(tmp_path/'run'/'checkpoint-30'/'model', seed=2)              # being written: no trainer_state.json, skipped
     res = evaluate(EvalArgs(checkpoint=str(tmp_path/'run'), tasks=['sudoku'], output_dir=str(tmp_path/'out'), **TOY))
     labels = [r['label'] for r in res['rows']]
     assert labels == ['step-10', 'step-20', 'final (step-20)', 'best (chosen on the test set, per cell)']
@@ -121,7 +130,7 @@ def test_checkpoint_directory_final_and_best(tmp_path):
     a = [read_items((tmp_path/'out'/'items'/l).glob('*.jsonl')) for l in ('step-10', 'step-20')]
     assert a[0]['0']['completion'] != a[1]['0']['completion']     # the two checkpoints really are different models
     md = (tmp_path/'out'/'results.md').read_text()
-    assert 'on the test set itself' in md and '| mapg: final (step-20) |' in md
+    assert 'on the test set itself' in md and '| mapg, paper protocol: final (step-20) |' in md
 
 def test_help_documents_every_option():
     p = subprocess.run([sys.executable, str(ROOT/'scripts'/'eval.py'), '--help'], capture_output=True, text=True, env=_env(), timeout=120)
@@ -213,3 +222,38 @@ def test_math_scored_from_threads():
     comps = [f"<reasoning>x</reasoning>\n<answer>\\boxed{{{r['answer']}}}</answer>" for r in recs]
     one, four = ev._score('math', comps, recs, workers=1), ev._score('math', comps, recs, workers=4)
     assert one == four and all(s['total'] > 0 for s in four), four
+
+
+def test_mapg_protocol_keeps_the_training_prompts_and_reward(run, tmp_path):
+    "protocol='mapg' is the evaluation as it was: the training prompts and the reward's metrics; one protocol per output_dir"
+    from mapg.data import load_data
+    from mapg.core import toy_tokenizer
+    out = tmp_path/'m'
+    res = evaluate(EvalArgs(tasks=['gsm8k', 'sudoku'], output_dir=str(out), protocol='mapg', **dict(TOY, limit=1)))
+    assert res['protocol'] == 'mapg' and all(r['protocol'] == 'mapg' for r in res['rows'])
+    for t in ('gsm8k', 'sudoku'):
+        it = read_items((out/'items'/'base').glob(f"{t}_L32_b32.rank*.jsonl"))['0']
+        rec = load_data(t, tok=toy_tokenizer(), limit=1)[0]
+        assert rec['text'].endswith(it['prompt']) and not it['prompt'].endswith(PREFILL)
+        assert 'total' in it['reward'] and 'read' not in it and it['protocol'] == 'mapg'
+    sud = res['rows'][0]['cells']['sudoku_L32_b32']
+    assert 'right_total' not in sud and abs(sud['accuracy'] - 100 * sud['reward']['cells']) < .01   # the mean per puzzle
+    md = (out/'results.md').read_text()
+    assert '| mapg, mapg protocol: base |' in md and 'paper protocol' not in md and "mapg's: the training prompts" in md
+    with pytest.raises(ValueError, match=r"other \['protocol'\]"):
+        evaluate(EvalArgs(tasks=['gsm8k'], output_dir=str(out), **dict(TOY, limit=1)))
+
+def test_run_directory_with_only_incomplete_checkpoints(tmp_path):
+    from mapg.core import save_toy
+    save_toy(tmp_path/'run'/'checkpoint-5'/'model', seed=1)
+    with pytest.raises(FileNotFoundError, match='no complete checkpoint'):
+        ev.find_checkpoints(tmp_path/'run')
+
+def test_rows_follow_the_model_kind_not_the_name(run):
+    "A directory named 'dream-...' holding LLaDA still gets LLaDA's rows; the kind comes from the results (config.json)"
+    _, res = run
+    md = ev.markdown_tables(ev.Results(res, base='dream-finetune', model_kind='llada'))
+    assert '## Table 1 (main_results)' in md and '## Table 4 (dream)' not in md
+    md = ev.markdown_tables(ev.Results(res, model_kind='dream'))
+    assert '## Table 4 (dream)' in md and 'SPG results are obtained by running their publicly available code.' in md
+    assert '## Other cells' in md and 'HumanEval 32 b32' in md     # no Dream table holds code: placed, not dropped

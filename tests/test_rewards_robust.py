@@ -1,7 +1,8 @@
 """Rewards never raise and never stall: extraction time grows linearly with adversarial inputs (the ratio of times at
 10× the length, not wall time), huge numbers are no numbers, math equivalence gives the same answer from any thread
-and stops at its wall-clock limit without echoing its inputs, and a batch survives any sample."""
-import logging, math, threading, time
+and under any CPU load (its bound is CPU time) and stops at its wall-clock safety net without echoing its inputs, and
+a batch survives any sample."""
+import logging, math, subprocess, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor
 import pytest
 from mapg import rewards_math
@@ -86,6 +87,22 @@ def test_math_same_score_on_any_thread():
     golds = [g for _, g, _ in SYMBOLIC]
     assert score_batch('math', comps, workers=3, answer=golds) == score_batch('math', comps, workers=1, answer=golds)
 
+LOADED = SYMBOLIC + [(r'\frac{1}{2}', '0.5', True), (r'\{1, 2\}', r'\{2, 1\}', True), (r'[0, 1)', r'(0, 1]', False),
+                     (r'\sin^2 x + \cos^2 x', '1', True), (r'\frac{x^2-1}{x-1}', 'x+1', True), ('2x', 'x^2', False)]
+
+@pytest.mark.skipif(not have_math_verify(), reason="math-verify not installed")
+def test_math_same_scores_under_cpu_load():
+    "Two processes spinning on the CPUs change no answer: the bound is the helper's CPU time, not the wall clock"
+    idle = [math_equal(p, g, timeout=1) for p, g, _ in LOADED]
+    assert idle == [e for _, _, e in LOADED]
+    busy = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(2)]
+    try:
+        rewards_math._WORKER._stop()       # a fresh helper: its import and warm-up happen under the load too
+        loaded = [math_equal(p, g, timeout=1) for p, g, _ in LOADED]
+    finally:
+        for b in busy: b.kill(); b.wait()
+    assert loaded == idle
+
 def _hang():
     "A helper that announces itself and then never answers (stands in for a math-verify call that does not end)"
     import os, time
@@ -94,7 +111,7 @@ def _hang():
 
 def test_math_timeout_from_a_thread_and_quiet_logs(monkeypatch, caplog):
     monkeypatch.setattr(rewards_math, '_mv_serve', _hang)
-    w = rewards_math._MathWorker()
+    w = rewards_math._MathWorker(ceiling=0.5)
     secret = r'\frac{739215386}{3}'
     out = {}
     def ask(): out['r'] = w.equal(secret, '1', 0.2)

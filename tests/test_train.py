@@ -22,7 +22,8 @@ def rows(out): return [json.loads(l) for l in (Path(out)/'metrics.jsonl').read_t
 
 KEYS = {'step', 'reward', 'reward_cells', 'reward_solved', 'accuracy', 'solved', 'completion_len', 'pos_entropy', 'tok_entropy',
         'reward_std', 'loss', 'loss_token', 'loss_pos', 'ratio_token', 'ratio_pos', 'clip_frac_token', 'clip_frac_pos',
-        'grad_norm', 'lr', 'fwd_per_seq', 'rollout_s', 'scoring_s', 'update_s'}
+        'grad_norm', 'lr', 'fwd_per_seq', 'rollout_s', 'scoring_s', 'update_s', 'skipped', 'skipped_total', 'optimizer_steps',
+        'reward_nonfinite'}
 
 def test_steps_metrics_checkpoints(tmp_path, cache):
     s = train(*cfg(tmp_path/'run', cache, '--max_steps', '3', '--save_steps', '2'))
@@ -33,7 +34,8 @@ def test_steps_metrics_checkpoints(tmp_path, cache):
     assert rs[0]['fwd_per_seq'] == 8 + 3 and rs[1]['fwd_per_seq'] == 3      # T for the rollout (old log-probs free) + K
     ck = sorted(p.name for p in (tmp_path/'run').glob('checkpoint-*'))
     assert ck == ['checkpoint-2', 'checkpoint-3']
-    for f in ('trainable.pt', 'optimizer.pt', 'rank0.pt', 'trainer_state.json', 'config.json', 'model/config.json'):
+    assert [r['optimizer_steps'] for r in rs] == [1, 2, 3]                   # the optimizer's own count: one step per trainer step
+    for f in ('COMPLETE', 'pytorch_model.bin', 'optimizer.bin', 'rank0.pt', 'trainer_state.json', 'config.json', 'model/config.json'):
         assert (tmp_path/'run'/'checkpoint-3'/f).exists(), f
     assert json.loads((tmp_path/'run'/'config.json').read_text())['versions']['torch'] == torch.__version__
 
@@ -83,7 +85,7 @@ def test_output_dir_of_another_run_is_refused(tmp_path, cache):
 
 def test_unknown_yaml_field(tmp_path):
     p = tmp_path/'c.yaml'; p.write_text('task: sudoku\nlearning_rte: 1.0\n')
-    with pytest.raises(ValueError, match=r"unknown field\(s\) \['learning_rte'\]"): parse_cfg(['--config', str(p)])
+    with pytest.raises(ValueError, match=r"learning_rte: unknown field \(did you mean learning_rate\?\)"): parse_cfg(['--config', str(p)])
 
 def test_script_help_documents_every_field():
     out = subprocess.run([sys.executable, str(ROOT/'scripts'/'train.py'), '--help'], capture_output=True, text=True, timeout=120)

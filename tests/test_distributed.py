@@ -1,0 +1,90 @@
+"""The engines users launch, on two CPU processes (gloo): DDP and DeepSpeed ZeRO-2 through `accelerate launch` with the
+shipped accelerate configs (the 8-GPU ones shrunk on the command line). On the same replayed rollouts both take one optimizer
+step per trainer step at the same learning rates, with the same gradient norms and updates; each resumes bitwise."""
+import json, os, subprocess, sys
+from pathlib import Path
+import pytest, torch
+from safetensors.torch import load_file
+
+pytest.importorskip('deepspeed', reason='DeepSpeed is a dev dependency (pip install -e ".[dev]")')
+from mapg.train import parse_cfg, train
+
+ROOT = Path(__file__).resolve().parent.parent
+ACC = ROOT/'configs'/'accelerate'
+LR = 1e-3
+TINY = ['--config', str(ROOT/'configs'/'toy_sudoku.yaml'), '--toy_hidden', '32', '--toy_layers', '1', '--toy_heads', '2',
+        '--toy_pretrain_steps', '5', '--group_size', '4', '--grad_accum', '2', '--inner_updates', '2', '--n_segments', '4',
+        '--segments_per_update', '3', '--learning_rate', str(LR), '--warmup_ratio', '0.5', '--max_steps', '3', '--save_steps', '1',
+        '--eval_size', '0', '--no_report', '--no_progress']
+SHRINK = {'8gpu_ddp.yaml': ['--num_processes', '2'], '8gpu_zero2.yaml': ['--num_processes', '2', '--mixed_precision', 'no'],
+          'cpu.yaml': [], 'cpu_zero2.yaml': []}
+
+@pytest.fixture(scope='module')
+def rec(tmp_path_factory):
+    "A one-process run that records its rollouts (replayed by every engine below) and builds the toy cache"
+    d = tmp_path_factory.mktemp('dist')
+    train(*parse_cfg([*TINY, '--per_device_batch', '8', '--toy_cache', str(d/'cache'), '--output_dir', str(d/'rec'), '--save_rollouts']))
+    return d
+
+def launch(d:Path, config:str, out:str, *extra, port:int):
+    cmd = [sys.executable, '-m', 'accelerate.commands.launch', '--config_file', str(ACC/config), *SHRINK[config],
+           '--main_process_port', str(port), str(ROOT/'scripts'/'train.py'), *TINY, '--per_device_batch', '4',
+           '--toy_cache', str(d/'cache'), '--replay_rollouts', str(d/'rec'/'rollouts'), '--output_dir', str(d/out), *extra]
+    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    return p
+
+def rows(d:Path): return [json.loads(l) for l in (d/'metrics.jsonl').read_text().splitlines()]
+def weights(ck:Path): return load_file(ck/'model'/'model.safetensors')
+def strip(r:dict): return {k: v for k, v in r.items() if not k.endswith('_s')}
+
+@pytest.fixture(scope='module')
+def runs(rec):
+    "DDP and ZeRO-2 over 3 steps (8-GPU configs, shrunk), each resumed from step 1 (inside a cycle) with the CPU configs"
+    d = rec
+    p = launch(d, '8gpu_zero2.yaml', 'zero2', port=29531)
+    launch(d, '8gpu_ddp.yaml', 'ddp', port=29532)
+    launch(d, 'cpu.yaml', 'ddp_resumed', '--resume_from_checkpoint', str(d/'ddp'/'checkpoint-1'), port=29533)
+    launch(d, 'cpu_zero2.yaml', 'zero2_resumed', '--resume_from_checkpoint', str(d/'zero2'/'checkpoint-1'), port=29534)
+    return d, p
+
+def test_deepspeed_engaged(runs):
+    d, p = runs
+    ck = d/'zero2'/'checkpoint-3'
+    shards = sorted(f.name for f in (ck/'pytorch_model').glob('*optim_states.pt'))
+    assert shards == ['zero_pp_rank_0_mp_rank_00_optim_states.pt', 'zero_pp_rank_1_mp_rank_00_optim_states.pt']   # every rank's shard
+    assert not (d/'ddp'/'checkpoint-3'/'pytorch_model').exists()
+    assert (d/'ddp'/'checkpoint-3'/'optimizer.bin').exists() and (d/'ddp'/'checkpoint-3'/'rank1.pt').exists()
+
+@pytest.mark.parametrize('engine', ['ddp', 'zero2'])
+def test_one_optimizer_step_per_trainer_step(runs, engine):
+    rs = rows(runs[0]/engine)
+    assert [r['optimizer_steps'] for r in rs] == [1, 2, 3]
+    assert [r['lr'] for r in rs] == pytest.approx([LR / 2, LR, LR])        # warmup of 2 steps, stepped once per step, any process count
+    assert all(r['skipped'] == 0 for r in rs)
+
+def test_ddp_and_zero2_agree(runs):
+    d = runs[0]
+    a, b = rows(d/'ddp'), rows(d/'zero2')
+    for x, y in zip(a, b):
+        assert x['lr'] == y['lr']
+        for k in ('reward', 'loss', 'ratio_token', 'ratio_pos', 'grad_norm'): assert x[k] == pytest.approx(y[k], rel=1e-4, abs=1e-6), k
+    wa, wb = weights(d/'ddp'/'checkpoint-3'), weights(d/'zero2'/'checkpoint-3')
+    w0 = weights(d/'ddp'/'checkpoint-1')
+    assert wa.keys() == wb.keys()
+    moved = 0
+    for n in wa:
+        # attention key biases shift every score of a query equally: their gradient is zero up to rounding, which Adam scales to +-lr
+        if n.endswith('attention.self.key.bias'): continue
+        torch.testing.assert_close(wa[n], wb[n], rtol=1e-4, atol=1e-5, msg=n)
+        moved += int(not torch.equal(wa[n], w0[n]))
+    assert moved > len(wa) // 2                                             # the comparison is of weights that trained
+
+@pytest.mark.parametrize('engine', ['ddp', 'zero2'])
+def test_resume_is_bitwise(runs, engine):
+    d = runs[0]
+    full, res = d/engine, d/f'{engine}_resumed'
+    assert [strip(r) for r in rows(full)][1:] == [strip(r) for r in rows(res)]
+    wa, wb = weights(full/'checkpoint-3'), weights(res/'checkpoint-3')
+    for n in wa: assert torch.equal(wa[n], wb[n]), n
