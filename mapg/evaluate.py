@@ -5,6 +5,7 @@
 # %% ../nbs/13_evaluate.ipynb #aa4a3663
 from __future__ import annotations
 import ast, inspect, json, operator, os, re, types
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, asdict, fields
 from fractions import Fraction
 from pathlib import Path
@@ -389,9 +390,12 @@ def read_countdown(text:str,            # the generation
     if eq is None: return dict(answer=None, value=None, correct=False)
     eq = eq.replace('\\div', '/').replace('\\times', '*').replace('\\cdot', '*')
     if m := re.search(r'([0-9+\-*/() ]+)=[0-9. ]+', eq): eq = m[1].strip()
-    used = sorted(int(n) for n in re.findall(r'\d+', eq))
+    try: used = sorted(int(n) for n in re.findall(r'\d+', eq))
+    except ValueError: used = None                                 # a number too long for `int`: not valid (as d1's check)
     v = arith_value(eq, _ARITH if _fix(f, 'arith') else _D1_ARITH) if used == sorted(int(n) for n in numbers) else None
-    return dict(answer=eq, value=None if v is None else float(v), correct=v is not None and abs(float(v) - float(target)) < 1e-5)
+    try: val = None if v is None else float(v)
+    except OverflowError: val = None
+    return dict(answer=eq, value=val, correct=v is not None and abs(v - Fraction(target)) < Fraction(1, 10**5))
 
 # %% ../nbs/13_evaluate.ipynb #dc391bc9
 _END = r'(?:<\|eot_id\|>|<\|endoftext\|>)'   # SPG's end markers (LLaDA's)
@@ -716,7 +720,8 @@ def eval_cell(model,                    # an MDLM with its tokenizer
         comps, _ = completions_text(model, r)
         if a.protocol == 'paper' and cell.task in PAPER_TASKS:
             raws = [model.tokenizer.decode(c.tolist(), skip_special_tokens=False) for c in r.completion]
-            reads = [paper_score(cell.task, raw, rec, eos) for raw, rec in zip(raws, recs)]
+            with ThreadPoolExecutor(max(1, min(a.reward_workers or os.cpu_count() or 1, len(recs)))) as ex:   # MATH's checker: threads
+                reads = list(ex.map(lambda x: paper_score(cell.task, x[0], x[1], eos), zip(raws, recs)))
             scored = [dict(raw=raw, answer=rd['paper']['answer'], read=dict(paper=rd['paper'], d1=rd['d1']), reward={}, metrics=rd['metrics'])
                       for raw, rd in zip(raws, reads)]
         else:
@@ -775,7 +780,7 @@ def _check_run(out:Path, args:EvalArgs):
     "Save the arguments that change completions, or check them against the ones saved by an earlier run"
     f, now = out/'run.json', {k: getattr(args, k) for k in _SAME}
     if f.exists() and any((out/'items').rglob('*.jsonl')):      # a run that wrote nothing may be started over
-        old = json.loads(f.read_text())
+        old = {'protocol': 'mapg', **json.loads(f.read_text())}   # a run saved before protocols were named read as mapg's
         diff = [k for k in _SAME if k in old and old[k] != now[k]]
         if diff: raise ValueError(f"{out} holds a run with other {diff}: {[old[k] for k in diff]} (now {[now[k] for k in diff]}); use another output_dir")
     else: f.write_text(json.dumps(now, indent=1))

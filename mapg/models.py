@@ -684,7 +684,7 @@ def load_model(name_or_path:str|Path|None=None,  # hub id or local directory (to
     if fam.remote: check_rotary(model)
     tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=fam.remote, **rev)
     m = MDLM(model.eval(), _family_tok(tokenizer, fam, mask_id), kind, tokenizer)
-    if fam.remote: m.pads_ok = padding_honoured(m)
+    if fam.remote: m.pads_ok = padding_honoured(m)   # its no_grad forward also puts LLaDA's rotary cache on `device`, outside inference mode
     if lora:
         if load_in_4bit: check_4bit_grads(model)   # training needs gradients through the NF4 layers
         m = add_lora(m, **{'seed': seed, **({} if lora is True else dict(lora))})

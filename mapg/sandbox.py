@@ -596,7 +596,7 @@ def _jdg_main(job, iso):
             if job['helpers']: exec(compile(job['helpers'], '<helpers>', 'exec'), base)
         except BaseException: tb('setup')
         if entry: base.pop(entry, None)
-        loaded, bound = _jdg_names(job['tests'])
+        loaded, bound = job['names']          # read from the tests' syntax trees by the caller
         free = {n for n in loaded - bound if n not in base and (n == entry or not hasattr(builtins, n))}
         for n in free & set(_PURE) - {entry}:   # a standard module's name the tests read is the judge's own module
             try: base[n] = importlib.import_module(n)
@@ -634,7 +634,7 @@ def _jdg_main(job, iso):
 def _child_source()->str:
     "The child program (sandbox and judge alike): the `_sbx_*` and `_jdg_*` functions, then a call to `_sbx_main`"
     fs = (_sbx_codec, _sbx_unshare, _sbx_root, _sbx_fs, _sbx_seccomp, _sbx_isolate, _sbx_outer, _sbx_init, _sbx_main,
-          _sbx_serve, _jdg_names, _jdg_main)
+          _sbx_serve, _jdg_main)
     return f'_PURE = {_PURE!r}\n\n' + '\n\n'.join(inspect.getsource(f) for f in fs) + '\n\n_sbx_main()\n'
 
 
@@ -760,7 +760,7 @@ class RunResult:
     returncode:int|None=None    # exit status of the child (negative: killed by that signal)
     output:str=''               # stdout+stderr, truncated to `SandboxCfg.max_output` bytes
     wall:float=0.               # seconds from spawn to the end of the cleanup
-    isolation:dict=field(default_factory=dict) # what _sbx_isolate applied (the judge's under 'judge'), and 'memcg'
+    isolation:dict=field(default_factory=dict) # the isolation the run got (the judge's under 'judge'), and 'memcg'
     judge_output:str=''         # the judge's own messages (a line per failed case), never visible to the program
 
     @property
@@ -917,8 +917,8 @@ def _run(code, tests, imports, cfg, judged, helpers=None, entry_point=None)->Run
         for fd in (resp_w, req_r, life_r) if judged else (w, life_r): close(fd)
         if judged:   # the same confinement, its own uid and work dir, the site-packages read-only (tests import pytest)
             jjob = dict(lim, mode='judge', out=w, req=req_w, resp=resp_r, life=jlife_r, tests=tests, imports=imports,
-                        helpers=helpers, entry_point=entry_point, path=_site_dirs(), ro=_site_dirs(), uid=juid,
-                        work=jwork, memory=max(cfg.memory, 2 << 30), disk=8 << 20, inodes=256)
+                        helpers=helpers, entry_point=entry_point, names=_jdg_names(tests), path=_site_dirs(),
+                        ro=_site_dirs(), uid=juid, work=jwork, memory=max(cfg.memory, 2 << 30), disk=8 << 20, inodes=256)
             jp = _spawn(_child_source(), jjob, sys.executable, jout.fileno(), (w, req_w, resp_r, jlife_r), jwork)
             for fd in (w, req_w, resp_r, jlife_r): close(fd)
         buf, timed_out = _read_results(r, (jp or p).pid, t0 + cfg.timeout, tok)

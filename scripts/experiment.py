@@ -39,7 +39,7 @@ SUITES = {
     }),
     # the synthetic task where one order is provably better (order_records)
     'order': dict(base=['--gen_length', '8', '--block_length', '8', '--steps', '4', '--n_segments', '4',
-                        '--segments_per_update', '2', '--pos_temperature', '1.0'], arms={
+                        '--segments_per_update', '2', '--score', 'max_logprob', '--pos_temperature', '0.25'], arms={
         'token_only':   ['--pos_weight', '0'],
         'mask_aware_1': ['--pos_weight', '1'],
     }),

@@ -3,7 +3,6 @@
     python scripts/render_docs.py              # process every notebook, render HTML, write the report
     python scripts/render_docs.py --check      # same, and exit 1 if any notebook has an error or a warning
     python scripts/render_docs.py --only 01_mdp index --force
-    python scripts/render_docs.py fields mapg.mdp.TinyMDP   # a record's field table, to paste under its card
 
 1. **Docs processing.** Each notebook goes through nbdev's own processors (`FilterDefaults`, exactly what
    `nbdev_proc_nbs` and `nbdev_docs` run: frontmatter, `show_doc` cards, execution of exported, import and
@@ -16,7 +15,9 @@
    their pages (Quarto's `output-file`), links into the published site point to the local pages, and headings get
    Pandoc's identifiers, so the link check sees the anchors the site has.
 
-Everything is written under `_docs_check/` (gitignored); `tests/test_docs.py` opens the pages in headless Chromium.
+Notebooks in folders (`tutorials/`, `explanations/`) become pages in the same folders, as on the site, and the images
+and data files next to the notebooks are copied along. Everything is written under `_docs_check/` (gitignored);
+`tests/test_docs.py` opens the pages in headless Chromium.
 """
 import argparse, json, os, re, shutil, subprocess, sys, time, warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -288,21 +289,6 @@ def build_site(report):
         report[n]['title'] = render(p, pages)
     return pages
 
-def field_table(cls):
-    "A markdown table of a record's fields with their docments (from the library's source)"
-    import dataclasses
-    from fastcore.docments import docments
-    dm = docments(cls, full=True)
-    rows = ['| Field | Type | Default | Meaning |', '|---|---|---|---|']
-    for f in dataclasses.fields(cls):
-        d = dm.get(f.name, {})
-        anno = f.type if isinstance(f.type, str) else getattr(f.type, '__name__', str(f.type))
-        default = '' if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING else \
-                  f'`{f.default!r}`' if f.default is not dataclasses.MISSING else f'`{f.default_factory.__name__}()`'
-        esc = lambda t: str(t).replace('|', chr(92) + '|')
-        rows.append(f"| `{f.name}` | `{esc(anno)}` | {esc(default)} | {esc(d.get('docment') or '')} |")
-    return '\n'.join(rows)
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--only', nargs='*', help='notebook names (e.g. 01_mdp index)')
@@ -332,9 +318,4 @@ def main(argv=None):
 
 if __name__ == '__main__':
     if sys.argv[1:2] == ['_worker']: _worker(*sys.argv[2:5])
-    elif sys.argv[1:2] == ['fields']:
-        import importlib
-        for dotted in sys.argv[2:]:
-            mod, _, name = dotted.rpartition('.')
-            print(f'{dotted}:\n\n{field_table(getattr(importlib.import_module(mod), name))}\n')
     else: main()

@@ -266,3 +266,16 @@ def test_prompts_word_for_word():
     assert sd.endswith("</answer>\n\nQuestion: Solve the following Sudoku puzzle: 0204301001034020\n\nAnswer:\n")
     assert paper_records('countdown', [rec])[0]['prefill'] == PREFILL == '<reasoning>'
     assert paper_records('humaneval', [rec]) == [rec]                            # code keeps mapg's prompts
+
+HOSTILE = ["", "\\boxed{", "\\boxed{}" * 50, "\\boxed " * 20, "<answer>" * 30, "</answer>" * 30, "\x00\\boxed{1}\x00",
+           "<answer>\\boxed{" + "9" * 5000 + "}</answer>", "<answer>\\boxed{" + "9" * 300 + "*" + "9" * 300 + "}</answer>",
+           "\\boxed{" + "(" * 500 + "1" + ")" * 500 + "}", "\\boxed{9**9**9**9}", "\\boxed{1/0}", "\\boxed{()}", "\\boxed{(1)(2)}",
+           "\\boxed{\\sqrt}", "\\boxed{\\frac}", "\\boxed{1/2/3}", "\\boxed{a/b}", "\\boxed{\\text{ a}\\text{ b}}", "\\fbox{",
+           "<|eot_id|>" * 10, "1" * 40, "\\boxed{nan}", "\\boxed{inf}", "<answer>```\n1 2\n```</answer>", "\u2212" * 5]
+
+@pytest.mark.parametrize('fixes', [(), tuple(FIXES)], ids=['d1', 'table'])
+def test_readers_never_raise(fixes):
+    for t in HOSTILE:
+        read_gsm8k(t, '18', fixes); read_math(t, '\\frac{1}{2}', fixes); read_sudoku(t, '0204301001034020', '1234341221434321', fixes)
+        r = read_countdown(t, [3, 4, 5], 12, fixes)
+        assert r['correct'] in (True, False)

@@ -91,6 +91,15 @@ def test_run_settings_checked(run, tmp_path):
     with pytest.raises(ValueError, match=r"other \['score'\]"):
         evaluate(EvalArgs(tasks=['gsm8k'], output_dir=str(tmp_path/'r'), **dict(TOY, limit=1), score='max_logit'))
 
+def test_run_saved_before_protocols_is_mapg(run, tmp_path):
+    "A run.json without `protocol` was written by the training-prompt evaluation: the paper's protocol may not reuse its items"
+    out, _ = run
+    shutil.copytree(out, tmp_path/'r')
+    cfg = json.loads((tmp_path/'r'/'run.json').read_text()); cfg.pop('protocol')
+    (tmp_path/'r'/'run.json').write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"other \['protocol'\]: \['mapg'\] \(now \['paper'\]\)"):
+        evaluate(EvalArgs(tasks=['gsm8k'], output_dir=str(tmp_path/'r'), **dict(TOY, limit=1)))
+
 def test_two_processes_same_as_one(run, tmp_path):
     out, res = run
     tasks = ['gsm8k', 'sudoku']

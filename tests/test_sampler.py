@@ -159,9 +159,37 @@ def test_determinism_and_generator_device():
     with pytest.raises(ValueError, match='generator is on cuda'): generate(m, prompt, generator=elsewhere, **kw)
 
 def test_rollout_tensors_can_enter_autograd():
-    "The records leave inference mode as ordinary tensors"
+    "The records are ordinary tensors"
     m = MDLM(toy_model(0), Tok(1, (3, 4), 0), 'toy')
     r = generate(m, torch.randint(5, 100, (2, 4), generator=make_gen(0)), gen_length=8, block_length=8, steps=4, generator=make_gen(1))
     w = torch.ones(2, 8, requires_grad=True)
     (w * r.logp_pos * r.logp_token).sum().backward()
     assert not r.ids.is_inference() and w.grad is not None
+
+def test_generation_builds_no_inference_tensors():
+    "Forward passes run without gradients but outside inference mode: a cache a model builds there can enter a later backward"
+    m = MDLM(toy_model(0), Tok(1, (3, 4), 0), 'toy')
+    seen, cache = [], {}
+    def hook(mod, args, out):
+        seen.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled(), mod.training))
+        if 'w' not in cache: cache['w'] = torch.randn(out.logits.shape[-1], generator=make_gen(0))   # built during generation
+        return out
+    m.model.register_forward_hook(hook)
+    m.model.train()
+    generate(m, torch.randint(5, 100, (2, 4), generator=make_gen(0)), gen_length=8, block_length=8, steps=4, generator=make_gen(1))
+    assert seen == [(False, False, False)] * 4 and m.model.training          # no grad, no inference mode, eval mode; mode restored
+    (m.logits(torch.tensor([[5, 6, 1]])).float().log_softmax(-1)[..., 10:] * cache['w'][10:]).sum().backward()
+    assert not cache['w'].is_inference()
+
+def test_long_canvas_refused_before_any_forward():
+    m = MDLM(toy_model(0, max_len=24), Tok(1, (3, 4), 0), 'toy')
+    calls = []
+    m.model.register_forward_hook(lambda *a: calls.append(1))
+    with pytest.raises(ValueError, match=r"a canvas of 26 tokens \(prompt 10 \+ gen_length 16\) is longer than the model's 24 "
+                                         r"positions \(max_position_embeddings\): set max_prompt_len <= 8"):
+        generate(m, torch.full((1, 10), 7), gen_length=16, block_length=8, steps=4)
+    with pytest.raises(ValueError, match=r"use a canvas of at most 24 tokens"):
+        generate(m, torch.full((1, 2), 7), gen_length=32, block_length=8, steps=4)
+    assert calls == []
+    r = generate(m, torch.full((1, 8), 7), gen_length=16, block_length=8, steps=4, generator=make_gen(0))
+    assert r.ids.shape == (1, 24) and len(calls) == 4
