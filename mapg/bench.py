@@ -33,7 +33,7 @@ class Figure:
     __str__ = line
     def _repr_markdown_(self)->str: return figures_table([self])._repr_markdown_()
 
-# %% ../nbs/14_bench.ipynb #498c0817
+# %% ../nbs/14_bench.ipynb #aff8881b
 class FiguresTable:
     "Benchmark figures as a Markdown table: measured ratio, target, pass or miss, how it was measured"
     def __init__(self, figs:list): self.figs = list(figs)
@@ -44,6 +44,7 @@ class FiguresTable:
         return '\n'.join(['| figure | measured | target | result | how it was measured |', '|---|---|---|---|---|'] + rows)
     def __repr__(self)->str: return '\n'.join(f.line() for f in self.figs)
 
+# %% ../nbs/14_bench.ipynb #9b73911d
 def figures_table(figs:list # `Figure`s
                  )->FiguresTable:
     "The figures as a table that renders in a notebook and in the docs"

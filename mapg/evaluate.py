@@ -446,8 +446,9 @@ def paper_score(task:str,            # gsm8k | math | countdown | sudoku
     gold = {k: rec[k] for k in list(inspect.signature(READERS[task]).parameters)[1:] if k in rec and k not in ('fixes', 'eos', 'math_verify')}
     extra = dict(math_verify=True) if task == 'math' else {}
     p, d = read(task, text, tuple(FIXES), eos, **gold, **extra), read(task, text, (), eos, **gold)
-    if task == 'sudoku': m = dict(right=p['right'], blanks=p['blanks'], d1_right=d['right'], solved=float(p['solved']))
-    else: m = dict(accuracy=float(p['correct']), d1=float(d['correct']), **({'math_verify': float(p['verified'])} if task == 'math' else {}))
+    if task == 'sudoku': m = dict(right=p['right'], blanks=p['blanks'], d1_right=d['right'], solved=float(p['solved']), differs=float(p['right'] != d['right']))
+    else: m = dict(accuracy=float(p['correct']), d1=float(d['correct']), **({'math_verify': float(p['verified'])} if task == 'math' else {}),
+                   differs=float(p['correct'] != d['correct']))
     return dict(paper=p, d1=d, metrics=m)
 
 # %% ../nbs/13_evaluate.ipynb #6cea7dfe
@@ -930,10 +931,11 @@ def markdown_tables(res:dict)->str:
                   "The table's number (d1's reading rules with the documented corrections), d1's reader exactly on the same "
                   "generations, and for MATH500 the symbolic equivalence of `math-verify` (a separate column: the published "
                   "rows do not use it).", "",
-                  "| Model | Cell | table (d1's rules, corrected) | d1's reader exactly | MATH500 by math-verify |", "|---|---|---:|---:|---:|"]
+                  "| Model | Cell | table (d1's rules, corrected) | d1's reader exactly | MATH500 by math-verify | items scored differently by the two (%) |",
+                  "|---|---|---:|---:|---:|---:|"]
         for r in res['rows']:
             for k in read:
-                v = [_row_value(r, k, m) for m in ('accuracy', 'd1', 'math_verify')]
+                v = [_row_value(r, k, m) for m in ('accuracy', 'd1', 'math_verify', 'differs')]
                 lines.append(f"| {_ours(res, r)} | {_head(None, [k])[0]} | " + " | ".join('—' if x is None else f"{x:.1f}" for x in v) + " |")
         lines.append("")
     sud = sorted({(c['L'], c['block']) for r in res['rows'] for c in r['cells'].values() if c['task'] == 'sudoku' and c.get('n')})

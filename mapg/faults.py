@@ -437,10 +437,10 @@ def _check(name:str, v, kinds:set, file=None, finite:bool=True):
     if isinstance(v, (int, float)) and 'str' in kinds: raise bad(f"must be {want}, got the number {v!r} (quote it)")
     raise bad()
 
-def check_types(values:dict,        # field: value, as `read_yaml` returns them
+def check_types(values:dict,        # field: value pairs, as read_yaml returns them
                 types,              # a dataclass, or several, whose fields are the known ones
                 file=None,          # where the values came from (named in every error)
-                finite:bool=True    # refuse nan and inf in `float` fields
+                finite:bool=True    # refuse nan and inf in float fields
                )->dict:             # the values, converted to their fields' types
     "Check every value against its dataclass field's annotation, as the command line would; one `ConfigError` for the first bad one"
     types = types if isinstance(types, (tuple, list)) else (types,)

@@ -831,6 +831,7 @@ _FEATURES = dict(mountns='a private mount namespace (unshare CLONE_NEWNS)', pidn
                  ipcns='an IPC namespace (CLONE_NEWIPC)', netns='a network namespace (CLONE_NEWNET)',
                  minimal_root='a minimal read-only root (tmpfs + bind mounts + chroot)',
                  work_tmpfs='a size- and inode-limited tmpfs work dir', seccomp='a seccomp filter (PR_SET_SECCOMP)',
+                 ipc_limits="small SysV limits in the run's IPC namespace (kernel.shmmax, shmall, shmmni, msgmni)",
                  memcg='a per-run memory cgroup (root, and cgroup v2 with the memory controller delegated or the v1 '
                        'memory hierarchy; without it SysV memory is bounded by the IPC namespace and memfd is denied)')
 

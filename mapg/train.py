@@ -12,7 +12,7 @@ import numpy as np, torch
 from torch import Tensor, nn
 from .core import make_gen, left_pad, save_toy, toy_tokenizer, eval_mode
 from .policy import GenSettings, eval_settings
-from .models import load_model, FAMILIES, MDLM
+from .models import load_model, checkpoint_errors, FAMILIES, MDLM
 from .sampler import generate, Rollout
 from .likelihood import stepmerge_log_probs, sample_segments, counted_mask
 from .objectives import group_advantages, get_loss, LOSSES, ADV_KINDS
@@ -82,6 +82,7 @@ class RolloutCfg:
     pos_temperature:float=0.5             # tau_pos: Plackett-Luce temperature
     score:str='max_logit'                 # unmasking score: max_logit | max_logprob | token_logprob
     n_segments:int=32                     # N: StepMerge segments
+    max_prompt_len:int|None=None          # keep the last this many tokens of each prompt (None: never cut)
 
     def settings(self)->GenSettings:
         "The `GenSettings` of the rollouts"
@@ -155,7 +156,7 @@ _RANGES = dict(max_steps=(1, None), save_steps=(0, None), lora_r=(0, None), lora
                inner_updates=(1, None), segments_per_update=(1, None), eps_low=(0, 1, True, False), eps_high=(0, None),
                pos_weight=(0, None), learning_rate=(0, None, False), warmup_ratio=(0, 1), adam_beta1=(0, 1, True, False),
                adam_beta2=(0, 1, True, False), weight_decay=(0, None), max_grad_norm=(0, None, False), grad_accum=(1, None),
-               micro_batch=(1, None))
+               micro_batch=(1, None), max_prompt_len=(1, None))
 
 def _check_ranges(cfgs):
     for c in cfgs:
@@ -318,16 +319,20 @@ def pretrained_toy(run:RunCfg, roll:RolloutCfg)->Path:
     return d
 
 # %% ../nbs/12_train.ipynb #a18e79df
-def prompt_batch(records:list, tok, pad_to:int|None=None)->tuple:
+def prompt_batch(records:list, tok, pad_to:int|None=None,
+                 max_len:int|None=None     # keep the last `max_len` tokens of each prompt (None: all)
+                )->tuple:
     "([B, P] left-padded prompt ids, [B, P] attention mask) of `records`' rendered `text`"
-    return left_pad([tok(r['text'], add_special_tokens=False)['input_ids'] for r in records], tok.pad_token_id or 0, pad_to)
+    ids = [tok(r['text'], add_special_tokens=False)['input_ids'] for r in records]
+    if max_len is not None: ids = [x[-max_len:] for x in ids]
+    return left_pad(ids, tok.pad_token_id or 0, pad_to)
 
 # %% ../nbs/12_train.ipynb #308f65e5
 def completions_text(m:MDLM, r:Rollout)->tuple:
     "(decoded completions cut at the first EOS, [B] completion lengths in tokens up to and including it)"
     keep = counted_mask(r)                                   # [B, L] at or before the first EOS
     eos = m.tok.is_eos(r.completion)
-    texts = [m.tokenizer.decode(c[k & ~e].tolist(), skip_special_tokens=True) for c, k, e in zip(r.completion, keep, eos)]
+    texts = [m.decode(c[k & ~e], skip_special_tokens=True) for c, k, e in zip(r.completion, keep, eos)]   # ids with no token dropped
     return texts, keep.sum(1)
 
 # %% ../nbs/12_train.ipynb #24d7b033
@@ -365,7 +370,7 @@ def rollout_stage(m:MDLM,                 # the policy
     mine = records[rank * b:(rank + 1) * b]
     t0 = time.perf_counter()
     if rollout is None:
-        ids, attn = (x[rank * b:(rank + 1) * b] for x in prompt_batch(records, m.tokenizer))   # one prompt width for all processes
+        ids, attn = (x[rank * b:(rank + 1) * b] for x in prompt_batch(records, m.tokenizer, max_len=roll.max_prompt_len))   # one prompt width for all processes
         s = roll.settings()
         rollout = generate(m, ids.to(m.device), attn.to(m.device), generator=gen, stepmerge_segments=roll.n_segments, **asdict(s))
     t1 = time.perf_counter()
@@ -468,7 +473,7 @@ def greedy_eval(m:MDLM, records:list, task:str, roll:RolloutCfg, batch:int=64, w
     s, mine, sums = eval_settings(roll.gen_length, roll.block_length), records[rank::world], {}
     for a in range(0, len(mine), batch):
         recs = mine[a:a + batch]
-        ids, attn = prompt_batch(recs, m.tokenizer)
+        ids, attn = prompt_batch(recs, m.tokenizer, max_len=roll.max_prompt_len)
         r = generate(m, ids.to(m.device), attn.to(m.device), generator=make_gen(0, m.device), **asdict(s))
         rew, _, mets = score_completions(task, completions_text(m, r)[0], recs, workers)
         for k, v in {'reward': rew, **mets}.items(): sums[k] = sums.get(k, 0.) + float(v.sum())
@@ -734,7 +739,7 @@ def _train(run, roll, upd, acc, cfg, out, ckpt, stop)->dict:
         for b in buffer:
             keys = torch.rand(B * world, roll.n_segments, generator=gens['segments'])[rank * B:(rank + 1) * B]
             seg = sample_segments(b.r, roll.n_segments, upd.segments_per_update, keys=keys)
-            with acc.accumulate(net), through(m, net):  # one optimizer step per trainer step; the loss is divided by grad_accum
+            with acc.accumulate(net), through(m, net), checkpoint_errors():   # one optimizer step per trainer step; the loss is divided by grad_accum
                 met, n = update_stage(m, b, seg, roll, upd, acc.backward)
                 if n == 0: acc.backward(sum(p.sum() for p in params) * 0.)   # every process takes part in every reduction
             pairs += n

@@ -19,11 +19,12 @@ def cpu_of(f):
     return sum(getattr(y, k) - getattr(x, k) for x, y in ((a, c), (b, d)) for k in ('ru_utime', 'ru_stime'))
 
 def compare(baseline:str, n:int):
-    "Interleaved per-program wall and CPU: a baseline `sandbox.py` (its `run_program`, which scored code) against this one"
+    "Interleaved per-program wall and CPU: a baseline `sandbox.py` (its scoring path) against this one"
     spec = importlib.util.spec_from_file_location('baseline_sandbox', baseline)
     old = sys.modules['baseline_sandbox'] = importlib.util.module_from_spec(spec); spec.loader.exec_module(old)
     judge = getattr(sandbox, 'judge_program', None) or sandbox.run_program
-    ways = dict(baseline=lambda: old.run_program('def f(): return 1', ['assert f() == 1']),
+    old_judge = getattr(old, 'judge_program', None)   # the baseline's scoring path (its run_program before the judge)
+    ways = dict(baseline=lambda: (old_judge or old.run_program)('def f(): return 1', ['assert f() == 1']),
                 scoring=lambda: judge('def f(): return 1', ['assert f() == 1']),
                 sandbox_only=lambda: run_program('def f(): return 1', ['assert f() == 1']))
     wall, cpu = {k: [] for k in ways}, {k: [] for k in ways}

@@ -44,6 +44,8 @@ SUITES = {
         'mask_aware_1': ['--pos_weight', '1'],
     }),
 }
+# the order task with three times the RL steps: does token-only catch up?
+SUITES['order_long'] = dict(base=SUITES['order']['base'] + ['--max_steps', '60'], arms=dict(SUITES['order']['arms']))
 CURVE_KEYS = ('reward', 'accuracy', 'solved', 'pos_entropy', 'tok_entropy', 'ratio_token', 'ratio_pos', 'clip_frac_token',
               'clip_frac_pos', 'loss_token', 'loss_pos', 'grad_norm')
 
@@ -118,7 +120,7 @@ def patch_order_task():
 # ---------------------------------------------------------------------------------------------------------------
 def run_args(suite:str, arm:str, seed:int, a)->list:
     s = SUITES[suite]
-    model = str(order_pretrained(Path(a.work))) if suite == 'order' else str(PRETRAINED)
+    model = str(order_pretrained(Path(a.work))) if suite.startswith('order') else str(PRETRAINED)
     return ['--config', str(CONFIG), '--model', model, '--model_kind', 'toy', '--seed', str(seed),
             '--output_dir', str(Path(a.work)/suite/f"{arm}_s{seed}"), '--report', 'false', '--progress', 'false',
             '--save_steps', '0', '--eval_size', '0', *(['--max_steps', str(a.max_steps)] if a.max_steps else []),
@@ -128,7 +130,7 @@ def one_run(suite:str, arm:str, seed:int, a)->dict:
     import torch
     torch.set_num_threads(1)
     import mapg, mapg.train as T
-    if suite == 'order': patch_order_task()
+    if suite.startswith('order'): patch_order_task()
     out = Path(a.work)/suite/f"{arm}_s{seed}"
     shutil.rmtree(out, ignore_errors=True)                      # an unfinished run starts again
     args = run_args(suite, arm, seed, a)
@@ -163,7 +165,7 @@ def sample_metrics(m, held, roll, suite:str)->dict:
         c = counted_mask(r).float()
         vals = {'reward': rew, **mets, 'pos_entropy': -(r.logp_pos * c).sum(1) / c.sum(1).clamp(min=1),
                 'tok_entropy': -(r.logp_token * c).sum(1) / c.sum(1).clamp(min=1)}
-        if suite == 'order':                                   # step 1 keeps exactly one of the two copies: a free cell with it
+        if suite.startswith('order'):                          # step 1 keeps exactly one of the two copies: a free cell with it
             copies_first = (r.unmask_step[:, :2] == 1).sum(1)
             vals['good_order'] = (copies_first == 1).float()
         for k, v in vals.items(): sums[k] = sums.get(k, 0.) + float(v.float().sum())
@@ -175,7 +177,7 @@ def before_metrics(suite:str, a)->dict:
     import torch
     torch.set_num_threads(1)
     import mapg.train as T
-    if suite == 'order': patch_order_task()
+    if suite.startswith('order'): patch_order_task()
     run, roll, upd = T.parse_cfg(run_args(suite, next(iter(SUITES[suite]['arms'])), 0, a))
     m = T.load_policy(run, roll, 'cpu')
     held = T.eval_records(replace(run, eval_size=a.eval_size), m.tokenizer)
@@ -262,7 +264,7 @@ def main(argv=None):
                 if a.list: print(f"{suite:14s} {arm:22s} seed {seed}: {'done' if done else 'to run'}")
                 elif not done: jobs.append(('run', suite, arm, seed, a))
     if a.list: return
-    if 'order' in a.suites: order_pretrained(Path(a.work))
+    if any(x.startswith('order') for x in a.suites): order_pretrained(Path(a.work))
     print(f"{len(jobs)} job(s) to run")
     if a.jobs > 1:
         import multiprocessing as mp

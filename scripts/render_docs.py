@@ -16,7 +16,8 @@
    Pandoc's identifiers, so the link check sees the anchors the site has.
 
 Notebooks in folders (`tutorials/`, `explanations/`) become pages in the same folders, as on the site, and the images
-and data files next to the notebooks are copied along. Everything is written under `_docs_check/` (gitignored);
+and data files next to the notebooks are copied along. Everything is written under `_docs_check/` (gitignored;
+`MAPG_DOCS_OUT=DIR` writes elsewhere, so that checks running at the same time do not collide);
 `tests/test_docs.py` opens the pages in headless Chromium.
 """
 import argparse, json, os, re, shutil, subprocess, sys, time, warnings
@@ -24,7 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-NBS, OUT = ROOT/'nbs', ROOT/'_docs_check'
+NBS = ROOT/'nbs'
+# Where everything goes: `_docs_check/`, or $MAPG_DOCS_OUT (so that two checks running at once do not share files)
+OUT = Path(os.environ['MAPG_DOCS_OUT']).resolve() if os.environ.get('MAPG_DOCS_OUT') else ROOT/'_docs_check'
 PROC, SITE, NPM = OUT/'proc', OUT/'site', OUT/'npm'
 REPORT = OUT/'report.json'
 SITE_URL = 'https://mapg.github.io/mapg/'       # doc_host + doc_baseurl in settings.ini
@@ -256,6 +259,9 @@ def render(nb_path, pages):
 def ensure_mathjax():
     "MathJax 3 from the npm registry, once, under _docs_check/npm (returns False when npm is missing)"
     if (MATHJAX/'es5'/'tex-chtml-full.js').exists(): return True
+    shared = ROOT/'_docs_check'/'npm'/'node_modules'/'mathjax'
+    if OUT != ROOT/'_docs_check' and (shared/'es5'/'tex-chtml-full.js').exists():     # reuse the default folder's copy
+        MATHJAX.parent.mkdir(parents=True, exist_ok=True); MATHJAX.symlink_to(shared, target_is_directory=True); return True
     npm = shutil.which('npm')
     if not npm: return False
     NPM.mkdir(parents=True, exist_ok=True)
@@ -299,10 +305,10 @@ def main(argv=None):
     ap.add_argument('--browser', action='store_true', help='also make sure Chromium is installed (apt-get, as root)')
     a = ap.parse_args(argv)
     t0 = time.time()
-    print(f'== docs processing (nbdev processors) -> {PROC.relative_to(ROOT)}', flush=True)
+    print(f'== docs processing (nbdev processors) -> {PROC}', flush=True)
     report = process(notebooks(a.only), force=a.force, workers=a.workers)
     if not a.no_html:
-        print(f'== HTML (nbconvert, MathJax 3) -> {SITE.relative_to(ROOT)}', flush=True)
+        print(f'== HTML (nbconvert, MathJax 3) -> {SITE}', flush=True)
         build_site(report)
     if a.browser: print('chromium:', ensure_chromium() or 'not available')
     OUT.mkdir(exist_ok=True)

@@ -24,7 +24,7 @@ IDS = [rd.rel(p)[:-len('.ipynb')] for p in NBS]
 SHOTS = rd.OUT/'screenshots'
 SHOT_PAGES = {'index.ipynb': 'index.png', '01_mdp.ipynb': 'reference_mdp.png', 'tutorials/train_toy.ipynb': 'tutorial_train_toy.png'}
 # Pages known to print a raw Markdown table, with what they need; a page that stops printing one fails until it is removed here.
-RAW_TABLES_KNOWN = {'13_evaluate.ipynb': 'prints results.md: render it with a rich display (_repr_markdown_) instead'}
+RAW_TABLES_KNOWN = {}
 # Every exported record, with the notebook whose page must document its fields one by one.
 RECORDS = {'mapg.core.Tok': '00_core', 'mapg.policy.GenSettings': '04_policy', 'mapg.sampler.Rollout': '05_sampler',
            'mapg.models.Family': '03_models', 'mapg.sandbox.SandboxCfg': '08_sandbox', 'mapg.data.DataSpec': '11_data',

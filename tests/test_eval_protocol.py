@@ -279,3 +279,12 @@ def test_readers_never_raise(fixes):
         read_gsm8k(t, '18', fixes); read_math(t, '\\frac{1}{2}', fixes); read_sudoku(t, '0204301001034020', '1234341221434321', fixes)
         r = read_countdown(t, [3, 4, 5], 12, fixes)
         assert r['correct'] in (True, False)
+
+
+def test_paper_score_keeps_both_readings():
+    from mapg.evaluate import paper_score
+    s = paper_score('gsm8k', "<answer>\\boxed{43,500}</answer><|eot_id|><|endoftext|>", dict(answer='43,500'))
+    assert s['paper'] == dict(answer=43500., correct=True) and s['d1'] == dict(answer=43., correct=False)
+    assert s['metrics'] == dict(accuracy=1., d1=0., differs=1.)
+    s = paper_score('countdown', "<answer>\\boxed{2*4-3}</answer>", dict(numbers=[2, 3, 4], target=5, prompt=[], text='x'))
+    assert s['metrics'] == dict(accuracy=1., d1=1., differs=0.)

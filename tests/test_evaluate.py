@@ -38,6 +38,7 @@ def test_every_dataset_end_to_end(run):
                 assert set(it['read']) == {'paper', 'd1'}
             else: assert 'total' in it['reward']   # code: mapg's prompts and tests under both protocols
     assert 'solved' in cells['sudoku_L32_b32'] and 'd1' in cells['gsm8k_L32_b32'] and 'math_verify' in cells['math_L32_b32']
+    assert all('differs' in cells[f"{t}_L32_b32"] for t in PAPER_TASKS)
     s = cells['sudoku_L32_b32']
     assert s['accuracy'] == round(100 * s['right_total'] / s['blanks_total'], 2)   # pooled over puzzles
 
