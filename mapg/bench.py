@@ -45,7 +45,7 @@ class FiguresTable:
     def __repr__(self)->str: return '\n'.join(f.line() for f in self.figs)
 
 # %% ../nbs/14_bench.ipynb #9b73911d
-def figures_table(figs:list # `Figure`s
+def figures_table(figs:list # the Figure records
                  )->FiguresTable:
     "The figures as a table that renders in a notebook and in the docs"
     return FiguresTable(figs)

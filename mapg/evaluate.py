@@ -624,7 +624,7 @@ def load_for_eval(args:EvalArgs,             # the run's arguments (model, kind,
     m = load_model(args.model, kind=kind, dtype=dtype, load_in_4bit=args.load_in_4bit, device=device)
     if found:
         from peft import PeftModel
-        m = MDLM(PeftModel.from_pretrained(m.model, str(found[1])).eval(), m.tok, m.kind, m.tokenizer)
+        m = MDLM(PeftModel.from_pretrained(m.model, str(found[1])).eval(), m.tok, m.kind, m.tokenizer, pads_ok=m.pads_ok, excluded=m.excluded)
     return m
 
 # %% ../nbs/13_evaluate.ipynb #27a5ede6
@@ -720,7 +720,7 @@ def eval_cell(model,                    # an MDLM with its tokenizer
         r = generate(model, ids.to(model.device), attn.to(model.device), generator=make_gen(seed, model.device), **asdict(s))
         comps, _ = completions_text(model, r)
         if a.protocol == 'paper' and cell.task in PAPER_TASKS:
-            raws = [model.tokenizer.decode(c.tolist(), skip_special_tokens=False) for c in r.completion]
+            raws = [model.decode(c, skip_special_tokens=False) for c in r.completion]   # ids with no token dropped
             with ThreadPoolExecutor(max(1, min(a.reward_workers or os.cpu_count() or 1, len(recs)))) as ex:   # MATH's checker: threads
                 reads = list(ex.map(lambda x: paper_score(cell.task, x[0], x[1], eos), zip(raws, recs)))
             scored = [dict(raw=raw, answer=rd['paper']['answer'], read=dict(paper=rd['paper'], d1=rd['d1']), reward={}, metrics=rd['metrics'])

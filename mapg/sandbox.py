@@ -689,27 +689,30 @@ def _kill_uid(uid:int, since:int=0, rounds:int=20)->int:
     return n
 
 # %% ../nbs/08_sandbox.ipynb #c6e0a7b1
+def _memcg_dirs(mountinfo:list, cgroup:list)->list:
+    "`(version, dir)` candidates for this process's memory cgroup, v2 first, from `/proc/self/{mountinfo,cgroup}` lines"
+    mine, out = [l.rstrip('\n').split(':', 2) for l in cgroup], []
+    for v in (2, 1):
+        path = next((p for h, c, p in mine if (h, c) == ('0', '') or v == 1 and 'memory' in c.split(',')), None)
+        for m in map(str.split, mountinfo):
+            k = m.index('-')
+            if m[k + 1] != ('cgroup2' if v == 2 else 'cgroup') or (v == 1 and 'memory' not in m[k + 3].split(',')): continue
+            if path is not None and path.startswith(m[3]): out.append((v, m[4] + path[len(m[3].rstrip('/')):]))
+    return out
+
 @cache
 def _memcg_root()->tuple:
     "`(version, dir)`: the memory cgroup (v2 with `memory` delegated, else v1) this process may create children in; `(None, why)`"
     if os.geteuid() != 0: return None, 'not root'
     try:
-        with open('/proc/self/mountinfo') as f: mounts = [l.split() for l in f]
-        with open('/proc/self/cgroup') as f: mine = [l.rstrip('\n').split(':', 2) for l in f]
+        with open('/proc/self/mountinfo') as f, open('/proc/self/cgroup') as g: dirs = _memcg_dirs(list(f), list(g))
     except OSError: return None, 'no /proc'
-    for v in (2, 1):
-        for m in mounts:
-            k = m.index('-')
-            fs, opts = m[k + 1], m[k + 3].split(',')
-            if fs != ('cgroup2' if v == 2 else 'cgroup') or (v == 1 and 'memory' not in opts): continue
-            path = next((p for h, c, p in mine if (h, c) == ('0', '') or v == 1 and 'memory' in c.split(',')), None)
-            if path is None or not path.startswith(m[3]): continue
-            d = m[4] + path[len(m[3].rstrip('/')):]
-            need = 'cgroup.subtree_control' if v == 2 else 'memory.limit_in_bytes'
-            try:
-                with open(os.path.join(d, need)) as f: ok = v == 1 or 'memory' in f.read().split()
-            except OSError: continue
-            if ok and os.access(d, os.W_OK): return v, d
+    for v, d in dirs:
+        try:
+            with open(os.path.join(d, 'cgroup.subtree_control' if v == 2 else 'memory.limit_in_bytes')) as f:
+                ok = v == 1 or 'memory' in f.read().split()
+        except OSError: continue
+        if ok and os.access(d, os.W_OK): return v, d
     return None, 'no writable memory cgroup (cgroup v2 with the memory controller delegated, or the v1 memory hierarchy)'
 
 def _memcg_make(name:str, limit:int)->str|None:
@@ -919,7 +922,8 @@ def _run(code, tests, imports, cfg, judged, helpers=None, entry_point=None)->Run
         if judged:   # the same confinement, its own uid and work dir, the site-packages read-only (tests import pytest)
             jjob = dict(lim, mode='judge', out=w, req=req_w, resp=resp_r, life=jlife_r, tests=tests, imports=imports,
                         helpers=helpers, entry_point=entry_point, names=_jdg_names(tests), path=_site_dirs(),
-                        ro=_site_dirs(), uid=juid, work=jwork, memory=max(cfg.memory, 2 << 30), disk=8 << 20, inodes=256)
+                        ro=_site_dirs(), uid=juid, work=jwork, memory=max(cfg.memory, 2 << 30), disk=8 << 20, inodes=256,
+                        cpu=cfg.timeout, nproc=8, nofile=256, fsize=16 << 20)   # its own limits: the program's never bind it
             jp = _spawn(_child_source(), jjob, sys.executable, jout.fileno(), (w, req_w, resp_r, jlife_r), jwork)
             for fd in (w, req_w, resp_r, jlife_r): close(fd)
         buf, timed_out = _read_results(r, (jp or p).pid, t0 + cfg.timeout, tok)

@@ -632,6 +632,7 @@ def trainable_digest(model:nn.Module)->Tensor:
             h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
     return torch.tensor(list(h.digest()), dtype=torch.int64)
 
+# %% ../nbs/12_train.ipynb #tr5same02
 def check_same_params(acc, model:nn.Module, when:str='start'):
     "Raise unless every process holds bitwise the same trainable parameters"
     if acc.num_processes == 1: return
@@ -639,6 +640,7 @@ def check_same_params(acc, model:nn.Module, when:str='start'):
     if bad := [i for i in range(1, len(d)) if not torch.equal(d[i], d[0])]:
         raise RuntimeError(f"at the {when} of training, process(es) {bad} hold other trainable parameters than process 0" + (" (an unseeded initialisation?)" if when == 'start' else ''))
 
+# %% ../nbs/12_train.ipynb #tr5same03
 @contextmanager
 def through(m:MDLM, net:nn.Module):
     "Run `m`'s forward passes through `net` (the engine's wrapper of `m.model`) in eval mode: no dropout, backward included"
@@ -798,15 +800,6 @@ def _adam_steps(opt)->int:
 
 def _fmt(d:dict)->str: return ', '.join(f"{k} {v:.3f}" for k, v in d.items())
 
-def resume_command(out:Path)->str:
-    "The command that resumes the run in `out` (the same launcher and arguments, resuming its latest checkpoint)"
-    import shlex, sys
-    args = [a for a in sys.argv[1:]]
-    i = next((j for j, a in enumerate(args) if a.split('=')[0] == '--resume_from_checkpoint'), None)
-    if i is not None: args = args[:i] + args[i + (1 if '=' in args[i] else 2):]
-    launch = 'accelerate launch' if 'ACCELERATE_DYNAMO_BACKEND' in os.environ or 'LOCAL_RANK' in os.environ else 'python'
-    return ' '.join([launch, shlex.quote(sys.argv[0] or 'scripts/train.py'), *map(shlex.quote, args), '--resume_from_checkpoint', 'latest'])
-
 def _first_rollout(out:Path, ckpt, device)->tuple:
     "(the first rollout batch of a resumed run, its records), kept for the report; (None, None) when there is none"
     p = out/'first_rollout.pt'
@@ -826,3 +819,13 @@ def _replayed(run:RunCfg, i:int, rank:int, world:int, roll:RolloutCfg, device)->
     cat = {f.name: torch.cat([getattr(r_, f.name) for r_ in rs]) for f in fields(rs[0]) if isinstance(getattr(rs[0], f.name), Tensor)}
     b = roll.per_device_batch
     return _to(dataclasses.replace(rs[0], **{k: v[rank * b:(rank + 1) * b] for k, v in cat.items()}), device)
+
+# %% ../nbs/12_train.ipynb #tr5resume01
+def resume_command(out:Path)->str:
+    "The command that resumes the run in `out` (the same launcher and arguments, resuming its latest checkpoint)"
+    import shlex, sys
+    args = [a for a in sys.argv[1:]]
+    i = next((j for j, a in enumerate(args) if a.split('=')[0] == '--resume_from_checkpoint'), None)
+    if i is not None: args = args[:i] + args[i + (1 if '=' in args[i] else 2):]
+    launch = 'accelerate launch' if 'ACCELERATE_DYNAMO_BACKEND' in os.environ or 'LOCAL_RANK' in os.environ else 'python'
+    return ' '.join([launch, shlex.quote(sys.argv[0] or 'scripts/train.py'), *map(shlex.quote, args), '--resume_from_checkpoint', 'latest'])
