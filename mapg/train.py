@@ -127,7 +127,10 @@ def cfg_parser():
                          "Fields come from --config (YAML), then from the command line.")
     docs = {k: v for t in CFG_TYPES for k, v in field_docs(t).items()}
     for a in p._actions:
-        if a.dest in docs: a.help = f"{docs[a.dest]} (default: %(default)s)"
+        if a.dest not in docs: continue
+        if a.option_strings and a.option_strings[0].startswith('--no_'):     # the negative flag of a bool field
+            a.help = f"set {a.dest} to false ({a.dest}: {docs[a.dest]})"
+        else: a.help = f"{docs[a.dest]} (default: %(default)s)"
     p.add_argument('--config', default=None, help="YAML file of field: value pairs (command-line flags override it)")
     return p
 
@@ -709,7 +712,7 @@ def _train(run, roll, upd, acc, cfg, out, ckpt, stop)->dict:
     if main and ckpt and (out/'metrics.jsonl').exists():   # steps logged after the checkpoint are taken again
         kept = [l for l in (out/'metrics.jsonl').read_text().splitlines() if l.strip() and json.loads(l)['step'] <= state['step']]
         (out/'metrics.jsonl').write_text(''.join(l + '\n' for l in kept))
-    log = (out/'metrics.jsonl').open('a') if main else None
+    log = (out/'metrics.jsonl').open('a' if ckpt else 'w') if main else None   # a fresh start drops rows of a run that died before saving
     first, first_recs = _first_rollout(out, ckpt, m.device)
     guard = StepGuard(run.max_skipped_steps)
     from tqdm.auto import tqdm

@@ -90,7 +90,8 @@ def test_unknown_yaml_field(tmp_path):
 def test_script_help_documents_every_field():
     out = subprocess.run([sys.executable, str(ROOT/'scripts'/'train.py'), '--help'], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    for f in ('--inner_updates', 'mu: optimizer steps per rollout batch', '--pos_weight', '--resume_from_checkpoint', '--config'):
+    for f in ('--inner_updates', 'mu: optimizer steps per rollout batch', '--pos_weight', '--resume_from_checkpoint', '--config',
+              'set report to false', '--max_prompt_len', '--save_total_limit', '--max_skipped_steps'):
         assert f in out.stdout, f
 
 def test_two_processes_equal_one(tmp_path, cache):
