@@ -8,8 +8,10 @@ import dataclasses, importlib, math, os, json, re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 import torch, torch.nn.functional as F
 from torch import Tensor, nn
+from fastcore.meta import delegates
 
 # %% auto #0
 __all__ = ['TOY_SPECIALS', 'TOY_CHAT_TEMPLATE', 'masked_mean', 'upcast', 'token_logp', 'make_gen', 'FieldTable', 'fields_table',
@@ -60,7 +62,12 @@ def _anno(t)->str:
 def _exported(cls:type)->type:
     "The class of that name in the exported package (a notebook's own copy of a class has no source to read comments from)"
     if cls.__module__.startswith('mapg.'): return cls
-    from mapg._modidx import d
+    import sys
+    for m in [m for m in sys.modules if m.startswith('mapg.')]:                   # a module already imported
+        c = getattr(sys.modules[m], cls.__qualname__, None)
+        if isinstance(c, type) and c.__module__ == m: return c
+    try: from mapg._modidx import d                                               # else: the package's index of symbols
+    except ImportError: return cls
     mod = next((m for m, syms in d['syms'].items() if f'{m}.{cls.__qualname__}' in syms), None)
     return getattr(importlib.import_module(mod), cls.__qualname__) if mod else cls
 
@@ -148,9 +155,9 @@ def toy_config(vocab_size:int=len(TOY_SPECIALS)+96, # tokenizer size (the toy to
 
 # %% ../nbs/00_core.ipynb #07df2bc0
 def seeded(seed:int,            # seed of the construction
-           build,               # callable building the object (a model) from the seeded RNG
+           build:Callable,      # callable building the object (a model) from the seeded RNG
            device:str|torch.device='cpu' # the device whose RNG `build` draws from
-          ):
+          )->object:             # what `build` returns
     "`build()` with the RNG of `device` seeded, leaving the global RNG state as it was"
     device = torch.device(device)
     with torch.random.fork_rng(devices=[device] if device.type == 'cuda' else []):
@@ -168,7 +175,9 @@ def _toy_init(model, seed:int):
             else: p.zero_()
     return model
 
-def toy_model(seed:int=0, **kwargs):
+@delegates(toy_config)
+def toy_model(seed:int=0, # seed of the weights
+              **kwargs)->nn.Module:
     "A randomly initialised toy `BertForMaskedLM` (deterministic in `seed`), in eval mode; `kwargs` go to `toy_config`"
     from transformers import BertForMaskedLM
     cfg = toy_config(**kwargs)
@@ -176,7 +185,12 @@ def toy_model(seed:int=0, **kwargs):
     return _toy_init(seeded(seed, lambda: BertForMaskedLM(cfg).eval()), seed)
 
 # %% ../nbs/00_core.ipynb #f5cddfb3
-def save_toy(path:str|Path, seed:int=0, model=None, tok=None, **kwargs)->Path:
+@delegates(toy_config)
+def save_toy(path:str|Path,     # directory to write
+             seed:int=0,         # seed of the weights (when `model` is None)
+             model:nn.Module|None=None, # the model to save (None: a new toy model)
+             tok:object=None,    # the tokenizer to save (None: the toy tokenizer)
+             **kwargs)->Path:
     "Build (or take) the toy model and tokenizer and save both to `path`"
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     (model if model is not None else toy_model(seed, **kwargs)).save_pretrained(path)
@@ -203,10 +217,11 @@ def sharpen(model:nn.Module, # the model whose weight matrices are scaled, in pl
     return model
 
 # %% ../nbs/00_core.ipynb #c7682217
+@delegates(toy_config, but=['vocab_size', 'hidden', 'layers', 'heads', 'max_len'])
 def sharp_toy(seed:int=0,      # seed of the weights
               scale:float=2.,   # weight-matrix scale (the factor given to sharpen)
               max_len:int=16,   # longest canvas
-              **kwargs          # other toy_config arguments
+              **kwargs
              )->nn.Module:     # the sharpened toy model, in eval mode
     "The enumeration fixture: the toy architecture with ids [PAD] 0, [MASK] 1 and 2, sharpened"
     return sharpen(toy_model(seed, **{**dict(vocab_size=3, hidden=16, layers=1, heads=2, max_len=max_len), **kwargs}), scale)

@@ -81,7 +81,7 @@ def counted_mask(r:Rollout,          # the rollout
     return (is_eos.long().cumsum(1) - is_eos.long()) == 0
 
 # %% ../nbs/06_likelihood.ipynb #10bd7278
-def exact_log_probs(model,                     # an MDLM adapter
+def exact_log_probs(model:'MDLM',              # an MDLM adapter
                     r:Rollout,                 # the rollout to score
                     micro_batch:int|None=None  # sequences per forward pass (None: the whole batch)
                    )->LogProbs:                # every decision scored; `prop` for 'token_logprob'
@@ -93,7 +93,7 @@ def exact_log_probs(model,                     # an MDLM adapter
     return LogProbs(lt, lp, counted_mask(r), lq if r.settings.score == 'token_logprob' else None)
 
 # %% ../nbs/06_likelihood.ipynb #e47689b4
-def stepmerge_log_probs(model,                   # an MDLM adapter
+def stepmerge_log_probs(model:'MDLM',            # an MDLM adapter
                         r:Rollout,               # the rollout to score
                         n_segments:int,          # N: segments the T steps are grouped into
                         segments:Tensor|None=None, # [B, K] int64 segment indices (0..N-1, -1 = none) per sequence; None: all

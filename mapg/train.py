@@ -203,6 +203,7 @@ def validate(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg, n_proc:int=1):
     if roll.remasking == 'greedy' and upd.pos_weight > 0:
         bad('pos_weight', "greedy positions have no position term: use remasking=plackett_luce, or pos_weight=0")
 
+# %% ../nbs/12_train.ipynb #tr5chkdata
 def check_data(run:RunCfg):
     "Open, parse and convert a local `data_source` file before any model is loaded, naming the file and the row"
     src = run.data_source

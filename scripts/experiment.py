@@ -44,6 +44,8 @@ SUITES = {
         'mask_aware_1': ['--pos_weight', '1'],
     }),
 }
+# the toy default with three times the RL steps
+SUITES['sudoku_long'] = dict(base=['--max_steps', '60'], arms={k: SUITES['sudoku']['arms'][k] for k in ('token_only', 'mask_aware_1')})
 # the order task with three times the RL steps: does token-only catch up?
 SUITES['order_long'] = dict(base=SUITES['order']['base'] + ['--max_steps', '60'], arms=dict(SUITES['order']['arms']))
 CURVE_KEYS = ('reward', 'accuracy', 'solved', 'pos_entropy', 'tok_entropy', 'ratio_token', 'ratio_pos', 'clip_frac_token',

@@ -32,7 +32,8 @@ RECORDS = {'mapg.core.Tok': '00_core', 'mapg.policy.GenSettings': '04_policy', '
            'mapg.likelihood.LogProbs': '06_likelihood', 'mapg.train.RunCfg': '12_train', 'mapg.train.RolloutCfg': '12_train',
            'mapg.train.UpdateCfg': '12_train', 'mapg.train.Batch': '12_train',
            'mapg.evaluate.PaperTable': '13_evaluate', 'mapg.evaluate.EvalArgs': '13_evaluate', 'mapg.evaluate.Cell': '13_evaluate',
-           'mapg.bench.Figure': '14_bench', 'mapg.bench.BenchArgs': '14_bench'}
+           'mapg.bench.Figure': '14_bench', 'mapg.bench.BenchArgs': '14_bench', 'mapg.evaluate.Fix': '13_evaluate',
+           'mapg.sandbox.RunResult': '08_sandbox'}
 
 def _cells(nb_path, kinds=('markdown',)):
     return [''.join(c['source']) for c in json.loads(nb_path.read_text())['cells'] if c['cell_type'] in kinds]
@@ -95,7 +96,8 @@ def test_records_documented_field_by_field(rec):
         doc = ' '.join((dm.get(f.name, {}).get('docment') or '').split())
         if row is None or (doc and doc.replace('|', r'\|') not in ' '.join(row.split())): missing.append(f.name)
     assert not missing, (f'{nb.name}: the field table of {name} lacks or differs on {missing}; '
-                         f'replace it by a cell `#| echo: false`, `#| exec_doc`, `fields_table({name})` under its card')
+                         f'replace it by a cell `#| echo: false`, `#| exec_doc`, `fields_table({name})` under its card '
+                         f'(`python scripts/render_docs.py fields-cells {nb.relative_to(ROOT)}` does it)')
 
 
 def _sections():
