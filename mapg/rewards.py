@@ -196,7 +196,7 @@ def math_format(text:str)->float:
 # %% ../nbs/10_rewards.ipynb #7fa4125a
 def math_reward(completion:str, # model output
                 answer:str,     # gold answer (MATH500's `answer`), or a solution whose last \boxed{} is the answer
-                timeout:int=3   # seconds for each `math-verify` step
+                timeout:int=3   # CPU seconds of the helper for each math-verify step (not wall clock)
                )->dict:         # total (max 3.0) and parts format, correct
     "MATH reward: format (answer tags, \\boxed) + correctness of the last \\boxed{} against `answer`"
     text, gold = _text(completion), str(answer)
