@@ -23,12 +23,12 @@ from .faults import (ConfigError, read_yaml, check_types, check_resume, config_c
 from .report import write_report, unmask_order_heatmap
 
 # %% auto #0
-__all__ = ['CFG_TYPES', 'MAY_CHANGE', 'TOY_PREFILL', 'RunCfg', 'RolloutCfg', 'UpdateCfg', 'field_docs', 'cfg_parser', 'parse_cfg',
-           'validate', 'check_data', 'resolved_config', 'check_output_dir', 'toy_sudoku_split', 'toy_sudoku',
-           'pretrain_mdlm', 'pretrained_toy', 'prompt_batch', 'completions_text', 'score_completions', 'Batch',
-           'rollout_stage', 'update_stage', 'train_records', 'eval_records', 'next_prompts', 'greedy_eval',
-           'save_checkpoint', 'load_checkpoint', 'find_checkpoint', 'load_policy', 'make_accelerator',
-           'trainable_digest', 'check_same_params', 'through', 'train', 'resume_command']
+__all__ = ['CFG_TYPES', 'MAY_CHANGE', 'TOY_PREFILL', 'SHIPPED_TOY', 'RunCfg', 'RolloutCfg', 'UpdateCfg', 'field_docs',
+           'cfg_parser', 'parse_cfg', 'validate', 'check_data', 'resolved_config', 'check_output_dir',
+           'toy_sudoku_split', 'toy_sudoku', 'pretrain_mdlm', 'pretrained_toy', 'prompt_batch', 'completions_text',
+           'score_completions', 'Batch', 'rollout_stage', 'update_stage', 'train_records', 'eval_records',
+           'next_prompts', 'greedy_eval', 'save_checkpoint', 'load_checkpoint', 'find_checkpoint', 'load_policy',
+           'make_accelerator', 'trainable_digest', 'check_same_params', 'through', 'train', 'resume_command']
 
 # %% ../nbs/12_train.ipynb #cc94dc53
 @dataclass
@@ -303,10 +303,17 @@ def pretrain_mdlm(model,               # a `transformers` masked LM (trained in 
     return losses
 
 # %% ../nbs/12_train.ipynb #d6b7acde
+# the pretraining settings of the shipped toy (`data/toy/toy_sudoku_pretrained`, the toy default's start on every machine)
+SHIPPED_TOY = dict(hidden=128, layers=3, heads=4, steps=260, lr=5e-4, batch=64, L=16, v=1)
+
 def pretrained_toy(run:RunCfg, roll:RolloutCfg)->Path:
-    "Directory of the pretrained toy model for `run`'s size and pretraining settings: built once, then read from the cache"
+    "Directory of the pretrained toy for `run`'s size and pretraining settings: the shipped one, else built once and cached"
     key = dict(hidden=run.toy_hidden, layers=run.toy_layers, heads=run.toy_heads, steps=run.toy_pretrain_steps,
                lr=run.toy_pretrain_lr, batch=run.toy_pretrain_batch, L=roll.gen_length, v=1)
+    if key == SHIPPED_TOY:
+        from mapg.data import data_dir
+        shipped = data_dir()/'toy'/'toy_sudoku_pretrained'
+        if (shipped/'model.safetensors').exists(): return shipped
     d = Path(run.toy_cache).expanduser()/('toy_sudoku-' + '-'.join(f"{k}{v}" for k, v in key.items()))
     if (d/'config.json').exists(): return d
     tok = toy_tokenizer()

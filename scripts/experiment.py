@@ -1,16 +1,18 @@
 """Does learning the order help? The toy-scale experiment behind nbs/explanations/order_experiment.ipynb.
 
-    python scripts/experiment.py                     # every suite, every arm, every seed (skips finished runs)
+    python scripts/experiment.py --jobs 2            # every suite, arm and seed (84 runs); skips finished runs
     python scripts/experiment.py --suites sudoku --seeds 0 1 --jobs 2
     python scripts/experiment.py --list              # the runs and whether their results exist
     python scripts/experiment.py --summarise         # only rebuild the tables (summary.json) from the saved runs
 
 Every run is `mapg.train.train` on the toy default (configs/toy_sudoku.yaml) with a few fields overridden, from the
 shipped pretrained toy (data/toy/toy_sudoku_pretrained), paired by RL seed across arms. After RL the runner scores
-the policy on the held-out puzzles twice: greedily (the trainer's own before/after, the paper's protocol) and by
+the policy on the held-out puzzles twice: greedily (`mapg.train.greedy_eval`, the figures the trainer prints: the paper's protocol) and by
 sampling with the rollout settings (the policy RL optimises). Each run's figures, training curves and settings go to
 RESULTS/<suite>/<arm>_s<seed>.json; a run whose file exists is skipped, so the command resumes where it stopped.
-The `order` suite is a synthetic task on which the decoding order provably matters (see `order_records`).
+The `order` suites are a synthetic task on which the decoding order provably matters (see `order_records`).
+Every run is one CPU thread; the 84 runs took about 80 minutes with two at a time on a 2-core CPU shared with
+other jobs (runs/experiment/ keeps the run directories).
 """
 import argparse, json, math, os, shutil, sys, time
 from dataclasses import asdict, replace
