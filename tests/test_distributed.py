@@ -4,6 +4,7 @@ step per trainer step at the same learning rates, with the same gradient norms a
 import json, os, subprocess, sys
 from pathlib import Path
 import pytest, torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from safetensors.torch import load_file
 
 pytest.importorskip('deepspeed', reason='DeepSpeed is a dev dependency (pip install -e ".[dev]")')
@@ -16,7 +17,8 @@ TINY = ['--config', str(ROOT/'configs'/'toy_sudoku.yaml'), '--toy_hidden', '32',
         '--toy_pretrain_steps', '5', '--group_size', '4', '--grad_accum', '2', '--inner_updates', '2', '--n_segments', '4',
         '--segments_per_update', '3', '--learning_rate', str(LR), '--warmup_ratio', '0.5', '--max_steps', '3', '--save_steps', '1',
         '--eval_size', '0', '--no_report', '--no_progress']
-SHRINK = {'8gpu_ddp.yaml': ['--num_processes', '2'], '8gpu_zero2.yaml': ['--num_processes', '2', '--mixed_precision', 'no'],
+SHRINK_8GPU = ['--num_processes', '2', '--mixed_precision', 'no']     # 2 CPU processes, fp32
+SHRINK = {'8gpu_ddp.yaml': ['--num_processes', '2'], '8gpu_zero2.yaml': SHRINK_8GPU,
           'cpu.yaml': [], 'cpu_zero2.yaml': []}
 
 @pytest.fixture(scope='module')
@@ -88,3 +90,22 @@ def test_resume_is_bitwise(runs, engine):
     assert [strip(r) for r in rows(full)][1:] == [strip(r) for r in rows(res)]
     wa, wb = weights(full/'checkpoint-3'), weights(res/'checkpoint-3')
     for n in wa: assert torch.equal(wa[n], wb[n]), n
+
+def test_readme_8gpu_command_shrunk(tmp_path):
+    "The README's 8-GPU command, as written, on 2 CPU processes: the LLaDA GSM8K recipe on a tiny real-code LLaDA (LoRA, dropout, checkpointing)"
+    from upstream import tiny_checkpoint
+    from test_recipes import SHRINK, SIZE
+    model = tiny_checkpoint('llada', 'real', **SIZE)
+    readme = (ROOT/'README.md').read_text()
+    assert 'accelerate launch --config_file configs/accelerate/8gpu_zero2.yaml scripts/train.py --config configs/llada_gsm8k.yaml' in readme
+    cmd = [sys.executable, '-m', 'accelerate.commands.launch', '--config_file', 'configs/accelerate/8gpu_zero2.yaml',
+           *SHRINK_8GPU, '--main_process_port', '29535', 'scripts/train.py', '--config', 'configs/llada_gsm8k.yaml',
+           '--model', str(model), *SHRINK, '--per_device_batch', '1', '--max_steps', '2', '--output_dir', str(tmp_path/'run')]
+    p = subprocess.run(cmd, env={**os.environ, 'OMP_NUM_THREADS': '1'}, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    rs = rows(tmp_path/'run')
+    assert [r['optimizer_steps'] for r in rs] == [1, 2] and not any(r['skipped'] for r in rs)
+    ck = tmp_path/'run'/'checkpoint-2'
+    assert len(list((ck/'pytorch_model').glob('zero_pp_rank_*_optim_states.pt'))) == 2
+    assert (ck/'adapter'/'adapter_config.json').exists()
+    assert json.loads((ck/'config.json').read_text())['grad_ckpt'] is True
