@@ -55,7 +55,7 @@ def check_recipe(name:str, model:Path, tmp:Path, evaluate:bool=True):
     if not evaluate: return
     task = EVAL_TASK[y['task']]
     cmd = [sys.executable, str(ROOT/'scripts'/'eval.py'), '--model', str(model), '--checkpoint', str(tmp/'full'/'checkpoint-2'),
-           '--tasks', task, '--lengths', '32', '--steps', '16', '--limit', '2', '--batch_size', '2', '--dtype', 'float32',
+           '--tasks', task, '--lengths', '32', '--steps', '16', '--limit', '2', '--batch_size', '2', '--dtype', 'float32', '--max_prompt_len', '16',
            '--reward_workers', '1', '--no_progress', '--no_plot', '--output_dir', str(tmp/'eval')]
     p = subprocess.run(cmd, env={**os.environ, 'OMP_NUM_THREADS': '1'}, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]

@@ -1,0 +1,10 @@
+"""With `pytest -n N --dist loadgroup` (the README's test command), each test file stays on one worker, so its module-scoped
+fixtures (tiny checkpoints, recorded rollouts) are built once; the notebooks, one test each, are spread, and the recipes run in two halves (LLaDA, Dream)."""
+import pytest
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.module.__name__
+        if name == 'test_notebooks': continue
+        if name == 'test_recipes': name += '-dream' if 'dream' in item.name else '-llada'   # the longest file, in two halves
+        item.add_marker(pytest.mark.xdist_group(name))
