@@ -120,7 +120,7 @@ def _question(rec:dict, make)->str:
     return text[len(head):]
 
 def paper_messages(task:str,   # gsm8k | math | countdown | sudoku
-                   rec:dict,   # a record of `load_data` (its training prompt, numbers and target, or puzzle)
+                   rec:dict,   # a record of load_data (its training prompt, numbers and target, or puzzle)
                    shots:int=3 # Sudoku worked examples (SPG: 3)
                   )->list:     # the chat messages of the evaluation prompt (the prefill comes after the chat template)
     "The evaluation prompt of d1 (GSM8K, MATH500, Countdown) or SPG (Sudoku) for one record"
@@ -456,7 +456,7 @@ def _shown(r:dict)->str:
     "A reading in a table cell: the answer read and whether it is correct (Sudoku: right blank cells)"
     a = r['answer']
     a = '—' if a is None or a == '' else (f"{a:g}" if isinstance(a, float) else str(a))
-    a = a.replace('|', '\\|').replace('\n', '⏎')
+    a = a.replace('|', '∣').replace('\n', '⏎')   # no pipe inside a table cell
     return f"`{a}` " + (f"{r['right']}/{r['blanks']} cells" if 'right' in r else ('✓' if r['correct'] else '✗'))
 
 def fixes_table()->str:
@@ -465,7 +465,7 @@ def fixes_table()->str:
     rows = []
     for name, f in FIXES.items():
         task, text, gold = f.example
-        ex = text.replace('|', '\\|').replace('\n', '⏎')
+        ex = text.replace('|', '∣').replace('\n', '⏎')
         rows.append(f"| `{name}` | {f.tasks} | {f.d1} | {f.mapg} | {TASK_NAMES[task]}: `{ex}` ({', '.join(f'{k} {v}' for k, v in gold.items())}) | "
                     f"{_shown(read(task, text, (), **gold))} | {_shown(read(task, text, **gold))} |")
     return "\n".join([head, *rows])
@@ -832,7 +832,7 @@ def model_kind(args:EvalArgs)->str:
 
 # %% ../nbs/13_evaluate.ipynb #19113f2d
 def collect(args:EvalArgs,        # the run's arguments
-            ckpts:list,           # (label, step, directory) of every row, as `find_checkpoints` gives them
+            ckpts:list,           # (label, step, directory) of every row, as find_checkpoints gives them
             kind:str|None=None    # the model's family (None: `model_kind(args)`)
            )->Results:
     "Results of a run: settings, protocol, model family, the published tables, and one row per checkpoint (plus final and best)"

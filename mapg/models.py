@@ -697,7 +697,7 @@ STANDIN_CODE = {'llada': ('configuration_llada', 'LLaDAConfig', 'modeling_llada'
 
 def save_standin(m:MDLM,              # a stand-in behind the adapter (tiny_llada, tiny_dream)
                  path:str|Path,       # folder to write
-                 tokenizer=None       # tokenizer to save with it (None: `m.tokenizer`, else the toy tokenizer; 'family': `save_tokenizer_standin`)
+                 tokenizer=None       # tokenizer to save with it (None: `m.tokenizer`, else the toy tokenizer; 'family': the family's tokenizer stand-in)
                 )->Path:
     "Save a stand-in as its family's checkpoints are published: weights, remote code named by `auto_map`, tokenizer"
     if m.kind not in STANDIN_CODE: raise ValueError(f"no remote-code layout for kind={m.kind!r}: expected one of {sorted(STANDIN_CODE)}")
