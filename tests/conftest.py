@@ -1,6 +1,12 @@
 """With `pytest -n N --dist loadgroup` (the README's test command), each test file stays on one worker, so its module-scoped
 fixtures (tiny checkpoints, recorded rollouts) are built once; the notebooks, one test each, are spread, and the recipes run in two halves (LLaDA, Dream)."""
+import os
 import pytest
+
+if os.environ.get('PYTEST_XDIST_WORKER'):       # two workers on two cores: one thread each, subprocesses included
+    os.environ.setdefault('OMP_NUM_THREADS', '1')
+    import torch
+    torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
