@@ -898,7 +898,8 @@ def _run(code, tests, imports, cfg, judged, helpers=None, entry_point=None)->Run
     cfg = cfg or SandboxCfg()
     tests, imports = [str(t) for t in tests], [str(s) for s in imports]
     uid, juid = (_UIDS.get(), _UIDS.get()) if os.geteuid() == 0 else (None, None)
-    work, jwork = tempfile.mkdtemp(prefix='mapg-sbx-'), tempfile.mkdtemp(prefix='mapg-sbx-') if judged else None
+    pre = f'mapg-sbx-{os.getpid()}-'           # the scoring process's pid: its own runs' folders are told apart
+    work, jwork = tempfile.mkdtemp(prefix=pre), tempfile.mkdtemp(prefix=pre) if judged else None
     out, jout = tempfile.TemporaryFile(), tempfile.TemporaryFile() if judged else None
     cg = _memcg_make(f'mapg-sbx-{uid}', cfg.memory) if uid is not None else None
     tok, t0, p, jp, buf, timed_out, opened, joined = secrets.token_hex(8), time.monotonic(), None, None, b'', True, [], []

@@ -5,6 +5,10 @@ import pytest
 
 if os.environ.get('PYTEST_XDIST_WORKER'):       # two workers on two cores: one thread each, subprocesses included
     os.environ.setdefault('OMP_NUM_THREADS', '1')
+    # remote code is copied into a modules cache under the checkpoint folder's name: a cache per worker keeps two workers'
+    # tiny checkpoints with the same folder name (and different code) apart (read when transformers is first imported)
+    import tempfile
+    os.environ['HF_MODULES_CACHE'] = tempfile.mkdtemp(prefix=f"hf-modules-{os.environ['PYTEST_XDIST_WORKER']}-")
     import torch
     torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
 

@@ -3,6 +3,7 @@ right fraction), leaves the canary files outside the sandbox untouched, and the 
 import os, shutil, signal, socket, subprocess, sys, tempfile, threading, time
 from pathlib import Path
 import pytest
+from mapg import sandbox
 from mapg.sandbox import SandboxCfg, run_program, run_many, _proc_uids
 from mapg.rewards import code_reward, unsafe_names
 
@@ -85,9 +86,9 @@ def bomb():
 def test_fork_bomb():
     cfg = SandboxCfg(timeout=3)
     seen, stop = [0], threading.Event()
-    def watch():   # count the bomb's processes while it runs (the sandbox uid is the only non-root uid above 2e6)
+    def watch():   # count the bomb's processes while it runs (uids of this process's sandbox block)
         while not stop.is_set():
-            seen[0] = max(seen[0], sum(u >= 2_000_000 for u in _proc_uids().values())); time.sleep(0.05)
+            seen[0] = max(seen[0], sum(sandbox._UIDS.owns(u) for u in _proc_uids().values())); time.sleep(0.05)
     t = threading.Thread(target=watch); t.start()
     other = {}
     def neighbour(): other['r'] = run_program('x = 2', ['assert x * 21 == 42'], cfg=SandboxCfg(timeout=10))

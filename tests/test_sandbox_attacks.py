@@ -34,13 +34,13 @@ def canary():
 @pytest.fixture(autouse=True)
 def nothing_left(canary):
     "After every attack: the canary unchanged, no fd leaked, no sandbox process, IPC object or work dir left, the caller scoring"
-    fds, ipc, dirs = len(os.listdir('/proc/self/fd')), _ipc(), set(glob.glob('/tmp/mapg-sbx-*'))
+    fds, ipc, dirs = len(os.listdir('/proc/self/fd')), _ipc(), set(glob.glob(f'/tmp/mapg-sbx-{os.getpid()}-*'))
     yield
     assert canary.read_text() == 'canary', "a file outside the work dir changed"
     assert len(os.listdir('/proc/self/fd')) <= fds, "file descriptors leaked"
     if ROOT: assert not [p for p, u in _proc_uids().items() if sandbox._UIDS.owns(u)], "a sandbox process survived"
     assert _ipc() == ipc, "a SysV IPC object survived the run"
-    assert set(glob.glob('/tmp/mapg-sbx-*')) <= dirs, "a work dir was left on disk"
+    assert set(glob.glob(f'/tmp/mapg-sbx-{os.getpid()}-*')) <= dirs, "a work dir was left on disk"
     assert judge_program('def g(x): return 2 * x', ['assert g(21) == 42']).passed == [True]
 
 def fence(code): return f"```python\n{code}\n```"

@@ -27,15 +27,15 @@ def execution(code, tests, cfg=CFG, **kw):
 
 def _memcgs():
     v, d = _memcg_root()
-    return set(glob.glob(os.path.join(d, 'mapg-sbx-*'))) if v else set()
+    return {c for c in glob.glob(os.path.join(d, 'mapg-sbx-*')) if sandbox._UIDS.owns(int(c.rsplit('-', 1)[1]))} if v else set()
 
 @pytest.fixture(autouse=True)
 def nothing_left():
     "After every case: no sandbox process, work dir or memory cgroup left, and the control program scores full credit"
-    dirs, cgs = set(glob.glob('/tmp/mapg-sbx-*')), _memcgs()
+    dirs, cgs = set(glob.glob(f'/tmp/mapg-sbx-{os.getpid()}-*')), _memcgs()
     yield
     if ROOT: assert not [p for p, u in _proc_uids().items() if sandbox._UIDS.owns(u)], "a sandbox process survived"
-    assert set(glob.glob('/tmp/mapg-sbx-*')) <= dirs, "a work dir was left on disk"
+    assert set(glob.glob(f'/tmp/mapg-sbx-{os.getpid()}-*')) <= dirs, "a work dir was left on disk"
     assert _memcgs() <= cgs, "a memory cgroup was left"
     assert execution(CONTROL, [f"assert f() == {SECRET}"]) == 1.
 
