@@ -63,8 +63,12 @@ def test_kind_from_config_then_name(tmp_path):
     assert [infer_kind(tmp_path/n) for n in ('no-LLaDA-here', 'some-dream', 'plain')] == ['llada', 'dream', 'hf-mlm']
 
 def test_remote_code_needs_trust(saved):
-    with pytest.raises(ValueError, match='trust_remote_code'):
-        transformers.AutoModel.from_pretrained(saved['llada'], trust_remote_code=False)
+    "In a fresh process: a remote-code load registers its classes with the Auto classes for the rest of its process"
+    import subprocess
+    code = (f"import transformers\ntry: transformers.AutoModel.from_pretrained({str(saved['llada'])!r}, trust_remote_code=False)\n"
+            "except ValueError as e: print('refused', 'trust_remote_code' in str(e))")
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
+    assert 'refused True' in out.stdout, out.stdout + out.stderr[-2000:]
 
 def test_version_guard_before_loading(saved, monkeypatch):
     monkeypatch.setattr(sys.modules['transformers'], '__version__', '5.1.0')   # the module object loading may have replaced
