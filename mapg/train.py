@@ -552,7 +552,7 @@ def load_checkpoint(acc, d:Path, m:MDLM, gens:dict)->tuple:
     verify(d)
     if acc.distributed_type == DistributedType.DEEPSPEED: acc.load_state(str(d), load_module_strict=False)
     else:
-        w = torch.load(d/'pytorch_model.bin', map_location='cpu', weights_only=True)
+        w = torch.load(d/'pytorch_model.bin', map_location='cpu', weights_only=True, mmap=True)   # names only: nothing read twice
         net = acc._models[0]
         want = {n for n, p in net.named_parameters() if p.requires_grad}
         if diff := sorted(set(w) ^ want): raise ValueError(f"resume_from_checkpoint: {d} holds other trainable weights: {diff[:3]}")
@@ -670,7 +670,6 @@ def _optimizer(params:list, upd:UpdateCfg, max_steps:int)->tuple:
 
 def train(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->dict:
     "Mask-aware RL: per cycle, `grad_accum` rollout batches, then `inner_updates` optimizer steps on them; returns a summary (with the trained `model`)"
-    from accelerate.utils import DistributedType
     validate(run, roll, upd, int(os.environ.get('WORLD_SIZE', 1)))
     check_data(run)
     acc = make_accelerator(run, roll, upd)
