@@ -303,8 +303,11 @@ def run_benchmarks(a:BenchArgs, model=None, show:bool=True)->list:
     out = []
     if show: print(f"model={a.model} device={m.device} threads={torch.get_num_threads()} clock={clock_for(m.device)} repeats={a.repeats} "
                    f"L={a.gen_length} block={a.block_length} T={a.steps} N={a.segments} K={a.k} mu={a.mu}", flush=True)
+    cuda = m.device.type == 'cuda'
     for name in (a.only or [f for f in FIGURES if f in todo]):
+        if cuda: torch.cuda.reset_peak_memory_stats(m.device)
         f = todo[name]()
+        if cuda: f.detail += f"; peak GPU memory {torch.cuda.max_memory_allocated(m.device) / 2**30:.1f} GiB"
         out.append(f)
         if show: print(f.line(), flush=True)
     if show: print(f"{sum(f.passed for f in out)}/{len(out)} figures meet their targets")

@@ -1,5 +1,5 @@
 "`scripts/bench.py` and `mapg.bench`: the suite runs end to end, one line per figure, counts exact."
-import os, re, subprocess, sys
+import json, os, re, subprocess, sys
 from pathlib import Path
 import pytest, torch
 from mapg.bench import Figure, BenchArgs, run_benchmarks, passes_per_cycle, PassCounter, FIGURES
@@ -52,3 +52,16 @@ def test_help_documents_every_option():
     text = ' '.join(docments_parser(BenchArgs, config=False).format_help().split())
     for f in fields(BenchArgs): assert f"--{f.name}" in text, f.name
     assert "K: segments per inner update" in text and text.count('(default:') >= len(fields(BenchArgs))
+
+def test_gpu_phases_script_small(tmp_path):
+    "`scripts/gpu_phases.py --small` runs on the CPU and writes both files with every phase and figure"
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    p = subprocess.run([sys.executable, str(ROOT/'scripts'/'gpu_phases.py'), '--small', '--repeats', '1', '--out', str(tmp_path)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    ph = json.loads((tmp_path/'phases.json').read_text())
+    assert all(ph[k] > 0 for k in ('rollout_s', 'update_s', 'update_token_only_s'))
+    assert ph['lora_params'] == 2 * 128 * (4 * 2 * 64 + 3 * (64 + 128))     # r (in + out) over the 7 projections of 2 blocks
+    figs = json.loads((tmp_path/'figures.json').read_text())
+    assert [f['name'] for f in figs][0] == 'forward passes per training cycle' and len(figs) == 5
+    assert figs[0]['ratio'] == pytest.approx((8 + 12 * 2) / (8 + 4 + 12 * 2))
