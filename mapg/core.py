@@ -15,8 +15,8 @@ from fastcore.meta import delegates
 
 # %% auto #0
 __all__ = ['TOY_SPECIALS', 'TOY_CHAT_TEMPLATE', 'masked_mean', 'upcast', 'token_logp', 'make_gen', 'FieldTable', 'fields_table',
-           'Tok', 'toy_tokenizer', 'toy_config', 'seeded', 'toy_model', 'save_toy', 'load_toy', 'sharpen', 'sharp_toy',
-           'eval_mode', 'left_pad', 'chk_shape']
+           'Tok', 'no_source_links', 'toy_tokenizer', 'toy_config', 'seeded', 'toy_model', 'save_toy', 'load_toy',
+           'sharpen', 'sharp_toy', 'eval_mode', 'left_pad', 'chk_shape']
 
 # %% ../nbs/00_core.ipynb #0b860f7d
 def masked_mean(x:Tensor,       # values, any shape
@@ -118,6 +118,18 @@ class Tok:
         "bool, same shape as `ids`: True at end-of-sequence tokens"
         return torch.isin(ids, torch.tensor(self.eos_ids, device=ids.device))
 
+# %% ../nbs/00_core.ipynb #3551a6b7
+_SOURCE_LINK = re.compile(r'\[source\]\([^)\s]*\)\{target="_blank"[^}]*\}\s*')
+
+# %% ../nbs/00_core.ipynb #50ada5f3
+def no_source_links(cell): # a notebook cell, as nbdev's processors receive it
+    "nbdev docs processor: drop the 'source' links that `show_doc` adds to API cards"
+    for o in cell.get('outputs', []):
+        md = o.get('data', {}).get('text/markdown')
+        if md is None: continue
+        txt = ''.join(md) if isinstance(md, list) else md
+        if '[source](' in txt: o['data']['text/markdown'] = _SOURCE_LINK.sub('', txt)
+
 # %% ../nbs/00_core.ipynb #652d46e9
 TOY_SPECIALS = ["[PAD]", "[MASK]", "[UNK]", "<|eos|>", "<|eot|>", "<|system|>", "<|user|>", "<|assistant|>"]
 TOY_CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|eot|>{% endfor %}"
@@ -175,6 +187,7 @@ def _toy_init(model, seed:int):
             else: p.zero_()
     return model
 
+# %% ../nbs/00_core.ipynb #efa0cff5
 @delegates(toy_config)
 def toy_model(seed:int=0, # seed of the weights
               **kwargs)->nn.Module:

@@ -172,6 +172,7 @@ def _draw(weights, u):
         if u < acc: return i
     return len(weights) - 1
 
+# %% ../nbs/01_mdp.ipynb #a8e6e16f
 def sample_trajectories(mdp:TinyMDP, policy:Callable, n_samples:int, score:str='max_prob', tau:float=1.0,
                         tok_tau:float=1.0, generator:torch.Generator|None=None)->list:
     "Draw `n_samples` trajectories by running the process forward (proposals, Plackett-Luce picks, remask)"

@@ -13,6 +13,8 @@ from torch.utils.checkpoint import checkpoint, CheckpointError
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import MaskedLMOutput, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from fastcore.basics import patch
+from transformers import PreTrainedTokenizerBase
 from .core import Tok, toy_model, toy_tokenizer, save_toy, seeded
 
 # %% auto #0
@@ -57,6 +59,7 @@ def _block_linears(model:nn.Module, blocks:str)->list[str]:
     return [n for n, m in model.named_modules()
             if isinstance(getattr(m, 'base_layer', m), nn.Linear) and inside.fullmatch(n) and not peft_part.fullmatch(n)]
 
+# %% ../nbs/03_models.ipynb #e750903d
 def lora_target_names(model:nn.Module,  # the (unwrapped) model
                       kind:str|Family='hf-mlm' # a key of `FAMILIES` (or a Family)
                      )->list[str]:      # full module names, in model order
@@ -80,6 +83,7 @@ def lora_regex(model:nn.Module, kind:str='hf-mlm')->str:
     leaves = fam.lora or tuple(dict.fromkeys(n.rsplit('.', 1)[-1] for n in lora_target_names(model, kind)))
     return rf"(?:.*\.)?{fam.blocks}\.\d+\.(?:.*\.)?(?:{'|'.join(map(re.escape, leaves))})"
 
+# %% ../nbs/03_models.ipynb #093931b8
 def _family(kind):
     if isinstance(kind, Family): return kind
     if kind not in FAMILIES: raise ValueError(f"unknown kind={kind!r}: expected one of {sorted(FAMILIES)}")
@@ -88,8 +92,10 @@ def _family(kind):
 # %% ../nbs/03_models.ipynb #vers0002
 TRANSFORMERS_RANGE = '>=4.57.1,<5'   # the `transformers` under which LLaDA's and Dream's own code loads and is correct
 
+# %% ../nbs/03_models.ipynb #5461b305
 def _vtuple(v:str)->tuple: return tuple(int(x) for x in re.findall(r'\d+', v)[:3])
 
+# %% ../nbs/03_models.ipynb #d9b52db4
 def check_transformers(kind:str,            # a key of `FAMILIES`
                        version:str|None=None # a `transformers` version (None: the installed one)
                       ):
@@ -131,13 +137,15 @@ def _apply_rope(x:Tensor, cos:Tensor, sin:Tensor)->Tensor:
     x1, x2 = x.float().chunk(2, -1)
     return (x.float() * cos + torch.cat([-x2, x1], -1) * sin).to(x.dtype)
 
+# %% ../nbs/03_models.ipynb #3f946bf7
 class TinyLLaDAConfig(PretrainedConfig):
     "Config of `TinyLLaDA`: LLaDA's model type and field names, tiny sizes"
     model_type = 'llada'
-    def __init__(self, vocab_size=126464, d_model=16, n_layers=2, n_heads=2, mlp_hidden_size=32, max_sequence_length=512,
-                 rope_theta=500000., weight_tying=False, mask_token_id=126336, eos_token_id=126081, pad_token_id=126081,
-                 honours_attention_mask=True, # False: attention ignores the mask (LLaDA before its attention-mask update)
-                 use_cache=False, **kwargs):
+    def __init__(self, vocab_size:int=126464, d_model:int=16, n_layers:int=2, n_heads:int=2, mlp_hidden_size:int=32,
+                 max_sequence_length:int=512, rope_theta:float=500000., weight_tying:bool=False, mask_token_id:int=126336,
+                 eos_token_id:int=126081, pad_token_id:int=126081,
+                 honours_attention_mask:bool=True, # False: attention ignores the mask (LLaDA before its attention-mask update)
+                 use_cache:bool=False, **kwargs):
         self.vocab_size, self.d_model, self.n_layers, self.n_heads = vocab_size, d_model, n_layers, n_heads
         self.mlp_hidden_size, self.max_sequence_length, self.rope_theta = mlp_hidden_size, max_sequence_length, rope_theta
         self.weight_tying, self.mask_token_id, self.honours_attention_mask = weight_tying, mask_token_id, honours_attention_mask
@@ -167,12 +175,13 @@ class _LLaDABlock(nn.Module):
         y = self.ff_norm(x)
         return x + self.ff_out(F.silu(self.ff_proj(y)) * self.up_proj(y))
 
+# %% ../nbs/03_models.ipynb #e2186435
 class TinyLLaDA(PreTrainedModel):
     "A tiny bidirectional LM built as LLaDA's `LLaDAModelLM` is: its names, head, `forward` signature and construction"
     config_class = TinyLLaDAConfig
     base_model_prefix = 'model'
     _no_split_modules = ['_LLaDABlock']
-    def __init__(self, config):
+    def __init__(self, config:TinyLLaDAConfig):
         super().__init__(config)   # and, like LLaDA's, no `post_init()`
         c = config
         self.model = nn.Module()
@@ -186,8 +195,9 @@ class TinyLLaDA(PreTrainedModel):
     def tie_weights(self):   # LLaDA's signature: no arguments
         if self.config.weight_tying: self.model.transformer.ff_out.weight = self.model.transformer.wte.weight
 
-    def forward(self, input_ids=None, inputs_embeds=None, attention_mask=None, attention_bias=None, past_key_values=None,
-                labels=None, use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None):
+    def forward(self, input_ids:Tensor|None=None, inputs_embeds:Tensor|None=None, attention_mask:Tensor|None=None,
+                attention_bias:Tensor|None=None, past_key_values:object=None, labels:Tensor|None=None, use_cache:bool|None=None,
+                output_attentions:bool|None=None, output_hidden_states:bool|None=None, return_dict:bool|None=None):
         if use_cache is None: use_cache = self.config.use_cache   # as LLaDA's forward: the config must have it
         if use_cache: raise ValueError("a KV cache is not supported for masked diffusion")
         t = self.model.transformer
@@ -201,10 +211,11 @@ class TinyLLaDA(PreTrainedModel):
 class TinyDreamConfig(PretrainedConfig):
     "Config of `TinyDream`: Dream's model type and (Qwen2) field names, tiny sizes"
     model_type = 'Dream'
-    def __init__(self, vocab_size=152064, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-                 num_key_value_heads=2, max_position_embeddings=512, rope_theta=10000., rope_scaling=None, rms_norm_eps=1e-6,
-                 initializer_range=0.02, use_cache=False, tie_word_embeddings=False, mask_token_id=151666,
-                 pad_token_id=151643, eos_token_id=151643, **kwargs):
+    def __init__(self, vocab_size:int=152064, hidden_size:int=16, intermediate_size:int=32, num_hidden_layers:int=2,
+                 num_attention_heads:int=2, num_key_value_heads:int=2, max_position_embeddings:int=512, rope_theta:float=10000.,
+                 rope_scaling:dict|None=None, rms_norm_eps:float=1e-6, initializer_range:float=0.02, use_cache:bool=False,
+                 tie_word_embeddings:bool=False, mask_token_id:int=151666, pad_token_id:int=151643, eos_token_id:int=151643,
+                 **kwargs):
         self.vocab_size, self.hidden_size, self.intermediate_size = vocab_size, hidden_size, intermediate_size
         self.num_hidden_layers, self.num_attention_heads, self.num_key_value_heads = num_hidden_layers, num_attention_heads, num_key_value_heads
         self.max_position_embeddings, self.rope_theta, self.rope_scaling = max_position_embeddings, rope_theta, rope_scaling
@@ -262,13 +273,14 @@ class _DreamLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), attention_mask, cos, sin)
         return x + self.mlp(self.post_attention_layernorm(x))
 
+# %% ../nbs/03_models.ipynb #ee21e3b5
 class TinyDream(PreTrainedModel):
     "A tiny bidirectional LM built as Dream's `DreamModel` is: Qwen2 names, shifted logits, Dream's rotary initialisation"
     config_class = TinyDreamConfig
     base_model_prefix = 'model'
     supports_gradient_checkpointing, _supports_sdpa, _supports_flash_attn_2 = True, True, True   # as Dream declares
     _no_split_modules = ['_DreamLayer']
-    def __init__(self, config):
+    def __init__(self, config:TinyDreamConfig):
         super().__init__(config)
         c = config
         self.model = nn.Module()
@@ -291,8 +303,10 @@ class TinyDream(PreTrainedModel):
     def get_input_embeddings(self): return self.model.embed_tokens
     def get_output_embeddings(self): return self.lm_head
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, inputs_embeds=None,
-                use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None, cache_position=None):
+    def forward(self, input_ids:Tensor|None=None, attention_mask:Tensor|None=None, position_ids:Tensor|None=None,
+                past_key_values:object=None, inputs_embeds:Tensor|None=None, use_cache:bool|None=None,
+                output_attentions:bool|None=None, output_hidden_states:bool|None=None, return_dict:bool|None=None,
+                cache_position:Tensor|None=None):
         m = self.model
         x = m.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         if position_ids is None: position_ids = torch.arange(x.shape[1], device=x.device)[None]
@@ -303,7 +317,7 @@ class TinyDream(PreTrainedModel):
             else: x = layer(x, mask, cos, sin)
         return MaskedLMOutput(logits=self.lm_head(m.norm(x)))
 
-# %% ../nbs/03_models.ipynb #7261590b
+# %% ../nbs/03_models.ipynb #f9285e75
 def _base(model):
     "The model under a peft wrapper (or `model` itself)"
     return model.get_base_model() if hasattr(model, 'get_base_model') else model
@@ -321,13 +335,15 @@ def _make_bidirectional(model):
     for m in model.modules():
         if hasattr(m, 'is_causal') and isinstance(m.is_causal, bool): m.is_causal = False
 
-def excluded_ids(tokenizer,     # a `transformers` tokenizer
+# %% ../nbs/03_models.ipynb #cefedcd7
+def excluded_ids(tokenizer:PreTrainedTokenizerBase, # a `transformers` tokenizer
                  keep:tuple=()  # ids that stay (the ids that end a completion)
                 )->tuple:       # sorted ids
     "The ids of `tokenizer`'s special tokens that are not text: every special token but those in `keep`"
     special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
     return tuple(sorted(special - set(keep)))
 
+# %% ../nbs/03_models.ipynb #e8ea5382
 def _max_positions(model)->tuple:
     "(the longest canvas `model` takes, the config field that says so), or (None, None)"
     cfg = getattr(model, 'config', None)
@@ -344,12 +360,13 @@ _PAD_REFUSAL = ("{name} ignores the attention mask, so a left-padded row's logit
                 "(load_model(..., revision=...); the update is GSAI-ML/LLaDA-8B-Instruct discussion #13), or pass "
                 "batches without padding.")
 
+# %% ../nbs/03_models.ipynb #2653817b
 class MDLM:
     "A masked diffusion LM behind mapg's adapter protocol: special ids, aligned logits, LoRA targets, checkpointing"
     def __init__(self, model:nn.Module,          # a `transformers` model (or anything returning logits), maybe peft-wrapped
                  tok:Tok,                         # its special ids
                  kind:str='hf-mlm',               # a key of `FAMILIES`
-                 tokenizer=None,                  # the tokenizer, if loaded
+                 tokenizer:PreTrainedTokenizerBase|None=None, # the tokenizer, if loaded
                  position_ids:bool|None=None,     # pass position ids for padded batches (None: decide from the model)
                  suppress_mask:bool=True,         # set the logit of `mask_id` to -inf
                  pads_ok:bool=True,               # False: the model ignores the attention mask; padded batches are refused
@@ -393,90 +410,103 @@ class MDLM:
         "Whether the blocks are checkpointed"
         return any('_mapg_forward' in vars(b) for b in _blocks(_base(self.model), self.kind))
 
-    def forward_kwargs(self, attention_mask:Tensor|None=None # [B, S] 1/True at real tokens, 0 at left padding
-                      )->dict:
-        "Keyword arguments that tell the model about left padding (empty when there is none)"
-        if attention_mask is None: return {}
-        attn = attention_mask.bool()
-        if bool(attn.all()): return {}
-        if not self.pads_ok: raise ValueError(_PAD_REFUSAL.format(name=type(_base(self.model)).__name__))
-        return self._pad_kwargs(attn)
-
-    def _pad_kwargs(self, attn:Tensor)->dict:
-        "The padding arguments for a bool `attn [B, S]` that has padding"
-        if self._roll:   # absolute positions but no position ids: run each row right-padded, real tokens from position 0
-            S = attn.shape[1]
-            ar = torch.arange(S, device=attn.device)
-            p = (~attn).sum(1, keepdim=True)
-            idx, inv = (ar + p) % S, (ar - p) % S
-            return dict(attention_mask=attn.gather(1, idx).long(), _roll=(idx, inv))
-        if self.family.bidirectional:
-            B, S = attn.shape
-            kw = dict(attention_mask=attn[:, None, None, :].expand(B, 1, S, S))
-        elif self.takes_attn: kw = dict(attention_mask=attn.long())
-        else: raise ValueError(f"{type(_base(self.model)).__name__}.forward takes no attention_mask: left-padded batches are not supported")
-        if self.takes_pos: kw['position_ids'] = (attn.long().cumsum(-1) - 1).clamp_(min=0)
-        return kw
-
-    def forward(self, ids:Tensor, **kw)->Tensor:
-        "Aligned logits `[B, S, V]` of `ids [B, S]`, with the padding arguments `kw` from `forward_kwargs`"
-        roll = kw.get('_roll')
-        if roll is not None: kw, ids = {k: v for k, v in kw.items() if k != '_roll'}, ids.gather(1, roll[0])
-        self.check_length(ids.shape[1])
-        if self._full_mask and 'attention_mask' not in kw:   # keep `transformers` from building a causal mask
-            B, S = ids.shape
-            kw = dict(kw, attention_mask=torch.ones(1, 1, 1, 1, dtype=torch.bool, device=ids.device).expand(B, 1, S, S))
-        out = self.model(input_ids=ids, **kw)
-        lg = out if isinstance(out, Tensor) else out.logits
-        if roll is not None: lg = lg.gather(1, roll[1][..., None].expand(-1, -1, lg.shape[-1]))
-        if self.family.shift: lg = torch.cat([lg[:, :1], lg[:, :-1]], 1)
-        ban = self.banned(lg.shape[-1], lg.device)
-        if ban is not None:
-            if lg.requires_grad: lg = lg.masked_fill(ban, -math.inf)
-            else: lg.masked_fill_(ban, -math.inf)
-        elif self.suppress_mask:
-            if lg.requires_grad: lg = lg.index_fill(-1, torch.tensor([self.mask_id], device=lg.device), -math.inf)
-            else: lg.select(-1, self.mask_id).fill_(-math.inf)
-        return lg
-
-    def banned(self, V:int, device=None)->Tensor|None:
-        "[V] bool: the ids whose logit `forward` sets to -inf besides [MASK] ones (None: [MASK] alone, or nothing)"
-        if self._ban_key != (V, device):
-            b = torch.zeros(V, dtype=torch.bool)
-            b[[i for i in self.excluded if 0 <= i < V]] = True
-            if self.n_tokens is not None: b[self.n_tokens:] = True
-            b[[i for i in self.eos_ids if 0 <= i < V]] = False                     # ids that end a completion stay
-            if 0 <= self.mask_id < V: b[self.mask_id] = self.suppress_mask
-            extra = b.clone()
-            if 0 <= self.mask_id < V: extra[self.mask_id] = False
-            self._ban, self._ban_key = (b.to(device) if extra.any() else None), (V, device)
-        return self._ban
-
-    def check_length(self, S:int, # canvas length (prompt + completion)
-                     L:int|None=None # completion length, to name the longest prompt that fits
-                    ):
-        "Raise, naming the lengths that fit, if a canvas of `S` tokens is longer than the model's positions"
-        n = self.max_positions
-        if n is None or S <= n: return
-        fix = f"set max_prompt_len <= {n - L} (or a shorter gen_length)" if L is not None and n > L else f"use a canvas of at most {n} tokens"
-        raise ValueError(f"a canvas of {S} tokens{f' (prompt {S - L} + gen_length {L})' if L is not None else ''} is longer than "
-                         f"the model's {n} positions ({self._pos_field}): {fix}")
-
-    def decode(self, ids, # token ids (a list or a 1-D tensor)
+    def decode(self, ids:Tensor|list[int], # token ids (a list or a 1-D tensor)
                skip_special_tokens:bool=True)->str:
         "The text of `ids`; ids with no token in the tokenizer are dropped, so decoding never raises"
         if self.tokenizer is None: raise ValueError("decode needs the model's tokenizer: load the model with load_model")
         ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
         return self.tokenizer.decode([int(i) for i in ids if 0 <= int(i) < self.n_tokens], skip_special_tokens=skip_special_tokens)
 
-    def logits(self, ids:Tensor,                      # [B, S] int64 canvas
-               attention_mask:Tensor|None=None        # [B, S] 1 at real tokens, 0 at left padding
-              )->Tensor:                              # [B, S, V] logits; [:, i] predicts token i
-        "Logits of `ids`, aligned so that position i predicts token i, with [MASK] and the non-text ids (`banned`) never proposed"
-        return self.forward(ids, **self.forward_kwargs(attention_mask))
+# %% ../nbs/03_models.ipynb #cc240da7
+@patch
+def forward(self:MDLM, ids:Tensor, **kw)->Tensor:
+    "Aligned logits `[B, S, V]` of `ids [B, S]`, with the padding arguments `kw` from `forward_kwargs`"
+    roll = kw.get('_roll')
+    if roll is not None: kw, ids = {k: v for k, v in kw.items() if k != '_roll'}, ids.gather(1, roll[0])
+    self.check_length(ids.shape[1])
+    if self._full_mask and 'attention_mask' not in kw:   # keep `transformers` from building a causal mask
+        B, S = ids.shape
+        kw = dict(kw, attention_mask=torch.ones(1, 1, 1, 1, dtype=torch.bool, device=ids.device).expand(B, 1, S, S))
+    out = self.model(input_ids=ids, **kw)
+    lg = out if isinstance(out, Tensor) else out.logits
+    if roll is not None: lg = lg.gather(1, roll[1][..., None].expand(-1, -1, lg.shape[-1]))
+    if self.family.shift: lg = torch.cat([lg[:, :1], lg[:, :-1]], 1)
+    ban = self.banned(lg.shape[-1], lg.device)
+    if ban is not None:
+        if lg.requires_grad: lg = lg.masked_fill(ban, -math.inf)
+        else: lg.masked_fill_(ban, -math.inf)
+    elif self.suppress_mask:
+        if lg.requires_grad: lg = lg.index_fill(-1, torch.tensor([self.mask_id], device=lg.device), -math.inf)
+        else: lg.select(-1, self.mask_id).fill_(-math.inf)
+    return lg
 
-    __call__ = logits
+# %% ../nbs/03_models.ipynb #4426760a
+@patch
+def banned(self:MDLM, V:int, device:torch.device|str|None=None)->Tensor|None:
+    "[V] bool: the ids whose logit `forward` sets to -inf besides [MASK] ones (None: [MASK] alone, or nothing)"
+    if self._ban_key != (V, device):
+        b = torch.zeros(V, dtype=torch.bool)
+        b[[i for i in self.excluded if 0 <= i < V]] = True
+        if self.n_tokens is not None: b[self.n_tokens:] = True
+        b[[i for i in self.eos_ids if 0 <= i < V]] = False                     # ids that end a completion stay
+        if 0 <= self.mask_id < V: b[self.mask_id] = self.suppress_mask
+        extra = b.clone()
+        if 0 <= self.mask_id < V: extra[self.mask_id] = False
+        self._ban, self._ban_key = (b.to(device) if extra.any() else None), (V, device)
+    return self._ban
 
+# %% ../nbs/03_models.ipynb #a41f2a0f
+@patch
+def check_length(self:MDLM, S:int, # canvas length (prompt + completion)
+                 L:int|None=None # completion length, to name the longest prompt that fits
+                ):
+    "Raise, naming the lengths that fit, if a canvas of `S` tokens is longer than the model's positions"
+    n = self.max_positions
+    if n is None or S <= n: return
+    fix = f"set max_prompt_len <= {n - L} (or a shorter gen_length)" if L is not None and n > L else f"use a canvas of at most {n} tokens"
+    raise ValueError(f"a canvas of {S} tokens{f' (prompt {S - L} + gen_length {L})' if L is not None else ''} is longer than "
+                     f"the model's {n} positions ({self._pos_field}): {fix}")
+
+# %% ../nbs/03_models.ipynb #78638654
+@patch
+def forward_kwargs(self:MDLM, attention_mask:Tensor|None=None # [B, S] 1/True at real tokens, 0 at left padding
+                  )->dict:
+    "Keyword arguments that tell the model about left padding (empty when there is none)"
+    if attention_mask is None: return {}
+    attn = attention_mask.bool()
+    if bool(attn.all()): return {}
+    if not self.pads_ok: raise ValueError(_PAD_REFUSAL.format(name=type(_base(self.model)).__name__))
+    return self._pad_kwargs(attn)
+
+# %% ../nbs/03_models.ipynb #c1d18ec2
+@patch
+def logits(self:MDLM, ids:Tensor,                      # [B, S] int64 canvas
+           attention_mask:Tensor|None=None        # [B, S] 1 at real tokens, 0 at left padding
+          )->Tensor:                              # [B, S, V] logits; [:, i] predicts token i
+    "Logits of `ids`, aligned so that position i predicts token i, with [MASK] and the non-text ids (`banned`) never proposed"
+    return self.forward(ids, **self.forward_kwargs(attention_mask))
+
+MDLM.__call__ = MDLM.logits
+
+# %% ../nbs/03_models.ipynb #01438b7c
+@patch
+def _pad_kwargs(self:MDLM, attn:Tensor)->dict:
+    "The padding arguments for a bool `attn [B, S]` that has padding"
+    if self._roll:   # absolute positions but no position ids: run each row right-padded, real tokens from position 0
+        S = attn.shape[1]
+        ar = torch.arange(S, device=attn.device)
+        p = (~attn).sum(1, keepdim=True)
+        idx, inv = (ar + p) % S, (ar - p) % S
+        return dict(attention_mask=attn.gather(1, idx).long(), _roll=(idx, inv))
+    if self.family.bidirectional:
+        B, S = attn.shape
+        kw = dict(attention_mask=attn[:, None, None, :].expand(B, 1, S, S))
+    elif self.takes_attn: kw = dict(attention_mask=attn.long())
+    else: raise ValueError(f"{type(_base(self.model)).__name__}.forward takes no attention_mask: left-padded batches are not supported")
+    if self.takes_pos: kw['position_ids'] = (attn.long().cumsum(-1) - 1).clamp_(min=0)
+    return kw
+
+# %% ../nbs/03_models.ipynb #8c6abb87
 def _is_peft(model): return hasattr(model, 'peft_config')
 
 # %% ../nbs/03_models.ipynb #26e05ae2
@@ -501,6 +531,7 @@ def _require(pkg:str, what:str):
     if importlib.util.find_spec(pkg) is None:
         raise ImportError(f"{what} needs the optional package `{pkg}`: pip install {pkg}")
 
+# %% ../nbs/03_models.ipynb #6e7fd67b
 def add_lora(m:MDLM,                 # the adapter to wrap
              r:int=128,              # LoRA rank
              lora_alpha:float=64,    # LoRA scale numerator (scale = alpha / r)
@@ -521,6 +552,7 @@ def add_lora(m:MDLM,                 # the adapter to wrap
         raise RuntimeError(f"peft adapted {len(got)} modules but {len(targets)} were targeted: {sorted(set(got) ^ set(targets))[:5]}")
     return MDLM(pm, m.tok, m.kind, m.tokenizer, m._position_ids, m.suppress_mask, m.pads_ok, m.excluded)
 
+# %% ../nbs/03_models.ipynb #d789732a
 def check_4bit_grads(model:nn.Module # a model loaded with load_in_4bit
                     ):
     "Raise, naming `--load_in_4bit false`, unless a tiny backward through each kind of 4-bit layer gives its input a gradient"
@@ -558,6 +590,7 @@ def _ckpt_forward(block:nn.Module, *args, **kwargs):
             for m, t in zip(mods, now): m.training = t
     return checkpoint(run, *args, use_reentrant=False, preserve_rng_state=True, **kwargs)   # the same dropout draws
 
+# %% ../nbs/03_models.ipynb #4f53611e
 @contextlib.contextmanager
 def checkpoint_errors():
     "Turn a `torch.utils.checkpoint.CheckpointError` raised in the body (a backward pass) into one line naming the options"
@@ -567,6 +600,7 @@ def checkpoint_errors():
         raise RuntimeError(f"activation checkpointing recomputed a block differently from its forward pass ({first[:120]}): "
                            f"run with --grad_ckpt false, or with --lora_dropout 0") from None
 
+# %% ../nbs/03_models.ipynb #80550a45
 def checkpoint_blocks(model:nn.Module,        # the (unwrapped) model
                       kind:str|Family='hf-mlm', # a key of `FAMILIES` (or a Family): where the blocks are
                       on:bool=True             # True: checkpoint every block; False: undo it
@@ -600,6 +634,7 @@ def _read_config(name_or_path, revision=None)->dict|None:
     try: return PretrainedConfig.get_config_dict(str(name_or_path), **({'revision': revision} if revision else {}))[0]
     except Exception: return None
 
+# %% ../nbs/03_models.ipynb #67e3202e
 def kind_from_config(cfg:dict # a config.json as a dict
                     )->str|None:
     "The family a config names in `model_type`, `architectures` or `auto_map` (`hf-mlm` for a `*ForMaskedLM`), or None"
@@ -629,6 +664,7 @@ def _family_tok(tokenizer, fam:Family, mask_id:int|None)->Tok:
     if tokenizer.eos_token_id is None and not extra and tokenizer.sep_token_id is not None: extra = [tokenizer.sep_token_id]
     return Tok.from_tokenizer(tokenizer, mask_id=mask_id if mask_id is not None else fam.mask_id, extra_eos=tuple(extra))
 
+# %% ../nbs/03_models.ipynb #affd58f1
 def padding_honoured(m:MDLM,   # the adapter, with the model in eval mode
                      n:int=4,  # real tokens of the tiny input
                      pad:int=3 # left padding
@@ -697,7 +733,7 @@ STANDIN_CODE = {'llada': ('configuration_llada', 'LLaDAConfig', 'modeling_llada'
 
 def save_standin(m:MDLM,              # a stand-in behind the adapter (tiny_llada, tiny_dream)
                  path:str|Path,       # folder to write
-                 tokenizer=None       # tokenizer to save with it (None: `m.tokenizer`, else the toy tokenizer; 'family': the family's tokenizer stand-in)
+                 tokenizer:PreTrainedTokenizerBase|str|None=None # tokenizer to save with it (None: `m.tokenizer`, else the toy tokenizer; 'family': the family's tokenizer stand-in)
                 )->Path:
     "Save a stand-in as its family's checkpoints are published: weights, remote code named by `auto_map`, tokenizer"
     if m.kind not in STANDIN_CODE: raise ValueError(f"no remote-code layout for kind={m.kind!r}: expected one of {sorted(STANDIN_CODE)}")
@@ -719,6 +755,7 @@ def save_standin(m:MDLM,              # a stand-in behind the adapter (tiny_llad
 # %% ../nbs/03_models.ipynb #tiny0002
 LLADA_TOKENS, DREAM_TOKENS = 126080, 151643   # ordinary (non-added) tokens of the real tokenizers; added tokens follow
 
+# %% ../nbs/03_models.ipynb #079de9af
 def _llada_specials()->dict:
     "LLaDA-8B-Instruct's added tokens, {id: (content, special)}: all special, ids 126080..126348"
     named = {126080: '<|startoftext|>', 126081: '<|endoftext|>', 126082: '[CLS]', 126083: '[gMASK]', 126336: '<|mdm_mask|>',
@@ -735,6 +772,7 @@ def _dream_specials()->dict:
              '<|fim_suffix|>', '<|fim_pad|>', '<|repo_name|>', '<|file_sep|>', '<|beginoftext|>', '<|mask|>']
     return {151643 + i: (t, not 14 <= i <= 21) for i, t in enumerate(names)}   # tool-call and fill-in-the-middle tokens are text
 
+# %% ../nbs/03_models.ipynb #dd233c6e
 LLADA_CHAT_TEMPLATE = ("{% for message in messages %}{% if loop.first %}{{ bos_token }}{% endif %}<|start_header_id|>"
                        "{{ message['role'] }}<|end_header_id|>\n\n{{ message['content'] | trim }}<|eot_id|>{% endfor %}"
                        "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}")
@@ -742,6 +780,7 @@ DREAM_CHAT_TEMPLATE = ("{% for message in messages %}{% if loop.first and messag
                        "You are a helpful assistant.<|im_end|>\n{% endif %}<|im_start|>{{ message['role'] }}\n"
                        "{{ message['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
+# %% ../nbs/03_models.ipynb #c17feeb4
 def _byte_vocab(n:int)->dict:
     "A byte-level vocabulary of `n` tokens: the 256 byte symbols (any text encodes, one token per byte), then fillers"
     from tokenizers.pre_tokenizers import ByteLevel
@@ -761,6 +800,7 @@ def _fast_standin(n:int, sp:dict, template:str, **names):
     tok.chat_template = template
     return tok
 
+# %% ../nbs/03_models.ipynb #9e1c0836
 def save_tokenizer_standin(kind:str,                  # 'llada' | 'dream'
                            path:str|Path,             # folder to write
                            code_dir:str|Path|None=None # the family's real remote-code folder (its tokenizer files and code are used)
@@ -809,6 +849,7 @@ def _tiny_config(kind:str, code:Path, hidden:int, layers:int, heads:int, interme
                 hidden_size=hidden, intermediate_size=intermediate or 3 * hidden, num_hidden_layers=layers,
                 num_attention_heads=heads, num_key_value_heads=max(1, heads // 2))   # grouped-query attention, as Qwen2.5-7B's
 
+# %% ../nbs/03_models.ipynb #3dd20828
 def tiny_remote_checkpoint(kind:str,                   # 'llada' | 'dream'
                            code_dir:str|Path,          # the family's unmodified remote-code folder (modelling, configuration files)
                            out_dir:str|Path,           # folder to write the checkpoint to
@@ -841,7 +882,6 @@ def tiny_remote_checkpoint(kind:str,                   # 'llada' | 'dream'
     save_model(model.float(), str(out/'model.safetensors'), metadata={'format': 'pt'})
     save_tokenizer_standin(kind, out, code)
     return out
-
 
 # %% ../nbs/03_models.ipynb #33e020ec
 def llada_shaped(hidden:int=4096, layers:int=32, heads:int=32, intermediate:int=12288, vocab_size:int=126464,

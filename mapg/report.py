@@ -77,6 +77,7 @@ def metrics_figure(rows:list,            # metrics rows, as read_metrics returns
 # %% ../nbs/11b_report.ipynb #c9beb28a
 _PUZZLE = re.compile(r'(?<![0-9])(?:[0-9]\s?){15}[0-9](?![0-9])')
 
+# %% ../nbs/11b_report.ipynb #bc248f53
 def puzzles_of(r:Rollout,            # a rollout batch
                tokenizer:object=None,# decodes the prompts when `records` are not given
                records:list|None=None# the rows' records (with a `puzzle` field), in row order
@@ -107,6 +108,7 @@ def prompt_groups(r:Rollout)->list:
 # %% ../nbs/11b_report.ipynb #8bdf00b4
 def _np(x)->np.ndarray: return np.asarray(x.cpu() if isinstance(x, torch.Tensor) else x)
 
+# %% ../nbs/11b_report.ipynb #eead0349
 def order_heatmap(steps:np.ndarray,       # [n, L] unmasking step (1..T) of each position, one row per sample (or a tensor)
                   given:np.ndarray|None=None, # [L] bool: given cells, outlined
                   title:str='',           # the figure's title (say which prompt and which samples)

@@ -85,10 +85,12 @@ def _mv()->bool:
     try: return importlib.util.find_spec('math_verify') is not None
     except (ImportError, ValueError): return False
 
+# %% ../nbs/09_rewards_math.ipynb #89743526
 def have_math_verify()->bool:
     "Whether the optional `math-verify` package can be used"
     return _mv()
 
+# %% ../nbs/09_rewards_math.ipynb #d1d40292
 def _mv_serve():
     "Helper side: warm up, then answer `(pred, gold, cpu)` requests on stdin with one byte each (`1` equal, `0` not)"
     import logging, os, resource, signal, sys, marshal

@@ -174,6 +174,7 @@ def _check_ranges(cfgs):
                 want = ' and '.join(s for s in (lo is not None and f"{'>=' if lo_in else '>'} {lo}", hi is not None and f"{'<=' if hi_in else '<'} {hi}") if s)
                 raise ConfigError(f.name, f"must be {want}, got {v}")
 
+# %% ../nbs/12_train.ipynb #2436ab81
 def validate(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg, n_proc:int=1):
     "Check the configuration before any model is loaded, naming the bad field"
     def bad(field, msg): raise ConfigError(field, msg)
@@ -401,6 +402,7 @@ def rollout_stage(m:MDLM,                 # the policy
     metrics['reward_std'] = all_rew.std().item() if len(all_rew) > 1 else 0.
     return Batch(rollout, mine, rew, adv, metrics), dict(rollout=t1 - t0, scoring=t2 - t1)
 
+# %% ../nbs/12_train.ipynb #fa77dc1b
 def _mean_surprise(lp:Tensor, r:Rollout)->Tensor:
     "[B] mean of -log p over the counted decisions: a Monte-Carlo estimate of the mean entropy of those choices"
     c = counted_mask(r)
@@ -523,6 +525,7 @@ def _any(acc, flag:bool)->bool:
     if acc.num_processes == 1: return flag
     return bool(acc.reduce(torch.tensor([float(flag)], device=acc.device), 'sum').item() > 0)
 
+# %% ../nbs/12_train.ipynb #e0cefabc
 def save_checkpoint(acc,                  # the run's `Accelerator` (after `prepare`)
                     d:Path,               # the checkpoint folder to create (`output_dir/checkpoint-N`)
                     m:MDLM,               # the policy (its unwrapped model)
@@ -564,6 +567,7 @@ def load_checkpoint(acc, d:Path, m:MDLM, gens:dict)->tuple:
         for b in buf: b.r = _to(b.r, m.device)
     return json.loads((d/'trainer_state.json').read_text()), buf
 
+# %% ../nbs/12_train.ipynb #4ed633b9
 def _to(r:Rollout, device)->Rollout:
     return dataclasses.replace(r, **{f.name: getattr(r, f.name).to(device) for f in fields(r) if isinstance(getattr(r, f.name), Tensor)})
 
@@ -603,6 +607,7 @@ _DS_ENV = {'grad_accum': 'ACCELERATE_GRADIENT_ACCUMULATION_STEPS', 'max_grad_nor
 
 def _uses_deepspeed()->bool: return os.environ.get('ACCELERATE_USE_DEEPSPEED', 'false').lower() == 'true'
 
+# %% ../nbs/12_train.ipynb #cd211902
 def make_accelerator(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg):
     "The run's `Accelerator`: gloo where there is no GPU, gradients reduced by the engine, DeepSpeed's batch, accumulation and clipping from the run's config"
     from accelerate import Accelerator
@@ -668,6 +673,7 @@ def _optimizer(params:list, upd:UpdateCfg, max_steps:int)->tuple:
     warm = math.ceil(upd.warmup_ratio * max_steps)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1., (i + 1) / warm) if warm else 1.)
 
+# %% ../nbs/12_train.ipynb #b00cb99c
 def train(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->dict:
     "Mask-aware RL: per cycle, `grad_accum` rollout batches, then `inner_updates` optimizer steps on them; returns a summary (with the trained `model`)"
     validate(run, roll, upd, int(os.environ.get('WORLD_SIZE', 1)))
@@ -682,6 +688,7 @@ def train(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->dict:
         acc.wait_for_everyone()
         return _train(run, roll, upd, acc, cfg, out, ckpt, stop)
 
+# %% ../nbs/12_train.ipynb #016c7478
 def _train(run, roll, upd, acc, cfg, out, ckpt, stop)->dict:
     from accelerate.utils import DistributedType
     rank, world, main = acc.process_index, acc.num_processes, acc.is_main_process

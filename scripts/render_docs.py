@@ -32,6 +32,7 @@ OUT = Path(os.environ['MAPG_DOCS_OUT']).resolve() if os.environ.get('MAPG_DOCS_O
 PROC, SITE, NPM = OUT/'proc', OUT/'site', OUT/'npm'
 REPORT = OUT/'report.json'
 SITE_URL = 'https://mapg.github.io/mapg/'       # doc_host + doc_baseurl in settings.ini
+GIT_URL = 'https://github.com/mapg/mapg'         # git_url in settings.ini (no public repository: its source links are dropped)
 PAPER_URL = 'https://github.com/Haran71/mask-aware-policy-gradients'   # where the paper itself points (its code)
 MATHJAX = NPM/'node_modules'/'mathjax'
 ASSETS = {'.png', '.jpg', '.jpeg', '.svg', '.gif', '.json', '.csv'}

@@ -285,6 +285,8 @@ def test_page_in_browser(report, doms, nb):
            for blk in re.findall(r'```python(.*?)```', ''.join(o.get('data', {}).get('text/markdown', '')), re.S)
            for m in re.findall(r'\[[^\]]*\]\([^)]*\)', blk)]
     if raw: problems.append(f'raw markdown links in signatures: {raw[:5]}')
+    repo = [a['href'] for a in soup.find_all('a', href=True) if a['href'].startswith(rd.GIT_URL + '/blob/')]
+    if repo: problems.append(f"{len(repo)} link(s) into settings.ini's git_url, which has no public repository: {repo[:3]}")
     assert not problems, f"{r['page']} ({nb.name}): " + '; '.join(problems)
 
 def test_screenshots_saved(doms):
