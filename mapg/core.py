@@ -15,8 +15,8 @@ from fastcore.meta import delegates
 
 # %% auto #0
 __all__ = ['TOY_SPECIALS', 'TOY_CHAT_TEMPLATE', 'masked_mean', 'upcast', 'token_logp', 'make_gen', 'FieldTable', 'fields_table',
-           'Tok', 'no_source_links', 'toy_tokenizer', 'toy_config', 'seeded', 'toy_model', 'save_toy', 'load_toy',
-           'sharpen', 'sharp_toy', 'eval_mode', 'left_pad', 'chk_shape']
+           'Tok', 'tidy_cards', 'toy_tokenizer', 'toy_config', 'seeded', 'toy_model', 'save_toy', 'load_toy', 'sharpen',
+           'sharp_toy', 'eval_mode', 'left_pad', 'chk_shape']
 
 # %% ../nbs/00_core.ipynb #0b860f7d
 def masked_mean(x:Tensor,       # values, any shape
@@ -120,15 +120,20 @@ class Tok:
 
 # %% ../nbs/00_core.ipynb #3551a6b7
 _SOURCE_LINK = re.compile(r'\[source\]\([^)\s]*\)\{target="_blank"[^}]*\}\s*')
+_VAR_KIND = re.compile(r'\b(\w+):(VAR_KEYWORD|VAR_POSITIONAL)\b')
+_NONE_TYPE = re.compile(r':NoneType=None\b')
+
 
 # %% ../nbs/00_core.ipynb #50ada5f3
-def no_source_links(cell): # a notebook cell, as nbdev's processors receive it
-    "nbdev docs processor: drop the 'source' links that `show_doc` adds to API cards"
+def tidy_cards(cell:dict): # a notebook cell, as nbdev's processors receive it
+    "nbdev docs processor: drop the 'source' links of API cards; write `*args`, `**kwargs` and `x=None` as in the code"
     for o in cell.get('outputs', []):
         md = o.get('data', {}).get('text/markdown')
         if md is None: continue
         txt = ''.join(md) if isinstance(md, list) else md
-        if '[source](' in txt: o['data']['text/markdown'] = _SOURCE_LINK.sub('', txt)
+        new = _VAR_KIND.sub(lambda m: ('**' if m[2] == 'VAR_KEYWORD' else '*') + m[1], _SOURCE_LINK.sub('', txt))
+        o['data']['text/markdown'] = _NONE_TYPE.sub('=None', new)
+
 
 # %% ../nbs/00_core.ipynb #652d46e9
 TOY_SPECIALS = ["[PAD]", "[MASK]", "[UNK]", "<|eos|>", "<|eot|>", "<|system|>", "<|user|>", "<|assistant|>"]
@@ -211,7 +216,7 @@ def save_toy(path:str|Path,     # directory to write
     return path
 
 # %% ../nbs/00_core.ipynb #b4b5d612
-def load_toy(path:str|Path, dtype=torch.float32):
+def load_toy(path:str|Path, dtype:torch.dtype=torch.float32):
     "Load a saved toy model and tokenizer from `path` (eval mode) -> `(model, tokenizer)`"
     from transformers import AutoModelForMaskedLM, AutoTokenizer
     path = Path(path)

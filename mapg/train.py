@@ -12,6 +12,9 @@ import numpy as np, torch
 from torch import Tensor, nn
 from .core import make_gen, left_pad, save_toy, toy_tokenizer, eval_mode
 from .policy import GenSettings, eval_settings
+from typing import Callable
+from accelerate import Accelerator
+from transformers import PreTrainedTokenizerBase
 from .models import load_model, checkpoint_errors, FAMILIES, MDLM
 from .sampler import generate, Rollout
 from .likelihood import stepmerge_log_probs, sample_segments, counted_mask
@@ -253,7 +256,7 @@ def toy_sudoku_split()->tuple:
 def toy_sudoku(n:int,                    # puzzles
                split:str,                # 'train' or 'eval': which grids the solutions come from
                seed:int=0,               # seed of the puzzles
-               tok=None,                 # tokenizer (default: the toy tokenizer) to render `text`
+               tok:PreTrainedTokenizerBase|None=None, # tokenizer (default: the toy tokenizer) to render `text`
                min_blanks:int=6, max_blanks:int=10
               )->list:                   # records: text, puzzle, solution, prefill, task
     "4x4 Sudoku records with a compact prompt: the puzzle as the user turn, the answer tag prefilled"
@@ -266,7 +269,7 @@ def toy_sudoku(n:int,                    # puzzles
                  prefill=TOY_PREFILL, task='sudoku', **r) for i, r in enumerate(recs)]
 
 # %% ../nbs/12_train.ipynb #64b1eadd
-def pretrain_mdlm(model,               # a `transformers` masked LM (trained in place)
+def pretrain_mdlm(model:nn.Module,     # a `transformers` masked LM (trained in place)
                   seqs:list,           # (prompt ids, completion ids) pairs
                   mask_id:int,         # the [MASK] id
                   steps:int,           # optimizer steps
@@ -331,7 +334,7 @@ def pretrained_toy(run:RunCfg, roll:RolloutCfg)->Path:
     return d
 
 # %% ../nbs/12_train.ipynb #a18e79df
-def prompt_batch(records:list, tok, pad_to:int|None=None,
+def prompt_batch(records:list, tok:PreTrainedTokenizerBase, pad_to:int|None=None,
                  max_len:int|None=None     # keep the last `max_len` tokens of each prompt (None: all)
                 )->tuple:
     "([B, P] left-padded prompt ids, [B, P] attention mask) of `records`' rendered `text`"
@@ -373,7 +376,7 @@ def rollout_stage(m:MDLM,                 # the policy
                   roll:RolloutCfg, upd:UpdateCfg, task:str,
                   gen:torch.Generator,    # this process's sampling randomness (on the model's device)
                   rank:int=0, world:int=1,# this process and the number of processes
-                  gather=None,            # all-gather of a [b] tensor across processes (None: one process)
+                  gather:Callable|None=None, # all-gather of a [b] tensor across processes (None: one process)
                   workers:int=1,          # reward workers
                   rollout:Rollout|None=None # a recorded rollout of this process's rows, to replay instead of sampling
                  )->tuple:                # (a Batch record, seconds per phase)
@@ -410,10 +413,10 @@ def _mean_surprise(lp:Tensor, r:Rollout)->Tensor:
 
 # %% ../nbs/12_train.ipynb #a8a6a3c8
 def update_stage(m:MDLM,                  # the policy (trainable parameters with grad)
-                 batch,                   # the rollout batch (a Batch record)
+                 batch:Batch,             # the rollout batch
                  segments:Tensor,         # [B, K] int64 segments of this inner update (-1: none)
                  roll:RolloutCfg, upd:UpdateCfg,
-                 backward,                # called on each scalar to differentiate (loss.backward, or the accelerator's)
+                 backward:Callable,       # called on each scalar to differentiate (loss.backward, or the accelerator's)
                  scale:float=1.           # multiplies the loss (1 / rollout batches per optimizer step)
                 )->tuple:                 # (metrics of the loss, (segment, sequence) pairs forwarded)
     "Differentiate the loss of one inner update in micro-batches, with exactly the gradient of the whole-batch loss"
@@ -453,7 +456,7 @@ def update_stage(m:MDLM,                  # the policy (trainable parameters wit
     return mets, 2 * len(idx)
 
 # %% ../nbs/12_train.ipynb #1fe1d5f5
-def train_records(run:RunCfg, tok)->list:
+def train_records(run:RunCfg, tok:PreTrainedTokenizerBase)->list:
     "The training prompts of `run` as records with rendered `text`"
     if run.dataset == 'toy_sudoku': return toy_sudoku(4096, 'train', seed=run.seed, tok=tok)
     if run.dataset == 'sudoku' and run.split == 'train' and not run.data_source:     # generated puzzles, SPG's 3-shot prompt
@@ -461,7 +464,7 @@ def train_records(run:RunCfg, tok)->list:
     return load_data(run.dataset, run.split, source=run.data_source, tok=tok)
 
 # %% ../nbs/12_train.ipynb #4ccb8933
-def eval_records(run:RunCfg, tok)->list:
+def eval_records(run:RunCfg, tok:PreTrainedTokenizerBase)->list:
     "Held-out prompts for the before/after evaluation (`eval_size` of them)"
     if not run.eval_size: return []
     if run.dataset == 'toy_sudoku': return toy_sudoku(run.eval_size, 'eval', seed=0, tok=tok)   # one evaluation set for every seed
@@ -481,7 +484,7 @@ def next_prompts(records:list, n:int, state:dict, seed:int)->list:
 
 # %% ../nbs/12_train.ipynb #ce863260
 def greedy_eval(m:MDLM, records:list, task:str, roll:RolloutCfg, batch:int=64, workers:int=1,
-                rank:int=0, world:int=1, reduce=None)->dict:
+                rank:int=0, world:int=1, reduce:Callable|None=None)->dict:
     "Mean reward and metrics of greedy completions (the paper's protocol: `eval_settings`) over `records`, sharded over processes"
     s, mine, sums = eval_settings(roll.gen_length, roll.block_length), records[rank::world], {}
     for a in range(0, len(mine), batch):
@@ -526,7 +529,7 @@ def _any(acc, flag:bool)->bool:
     return bool(acc.reduce(torch.tensor([float(flag)], device=acc.device), 'sum').item() > 0)
 
 # %% ../nbs/12_train.ipynb #e0cefabc
-def save_checkpoint(acc,                  # the run's `Accelerator` (after `prepare`)
+def save_checkpoint(acc:Accelerator,      # the run's `Accelerator` (after `prepare`)
                     d:Path,               # the checkpoint folder to create (`output_dir/checkpoint-N`)
                     m:MDLM,               # the policy (its unwrapped model)
                     state:dict,           # the counters
@@ -548,7 +551,7 @@ def save_checkpoint(acc,                  # the run's `Accelerator` (after `prep
     return Path(d)
 
 # %% ../nbs/12_train.ipynb #1e11add9
-def load_checkpoint(acc, d:Path, m:MDLM, gens:dict)->tuple:
+def load_checkpoint(acc:Accelerator, d:Path, m:MDLM, gens:dict)->tuple:
     "Restore what `save_checkpoint` wrote (model and optimizer through `accelerator.load_state`); returns (counters, buffer)"
     from accelerate.utils import DistributedType
     d = Path(d)
@@ -587,7 +590,7 @@ def find_checkpoint(run:RunCfg)->Path|None:
     return d
 
 # %% ../nbs/12_train.ipynb #b2505dc4
-def load_policy(run:RunCfg, roll:RolloutCfg, device)->MDLM:
+def load_policy(run:RunCfg, roll:RolloutCfg, device:torch.device|str)->MDLM:
     "The model to train: the pretrained toy, or a checkpoint with LoRA (seeded by the run's seed), 4-bit and checkpointing as configured"
     toy = run.model == 'toy'
     path = pretrained_toy(run, roll) if toy else run.model
@@ -649,7 +652,7 @@ def trainable_digest(model:nn.Module)->Tensor:
     return torch.tensor(list(h.digest()), dtype=torch.int64)
 
 # %% ../nbs/12_train.ipynb #tr5same02
-def check_same_params(acc, model:nn.Module, when:str='start'):
+def check_same_params(acc:Accelerator, model:nn.Module, when:str='start'):
     "Raise unless every process holds bitwise the same trainable parameters"
     if acc.num_processes == 1: return
     d = acc.gather(trainable_digest(model).to(acc.device)).view(acc.num_processes, -1).cpu()

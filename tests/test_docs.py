@@ -287,6 +287,10 @@ def test_page_in_browser(report, doms, nb):
     if raw: problems.append(f'raw markdown links in signatures: {raw[:5]}')
     repo = [a['href'] for a in soup.find_all('a', href=True) if a['href'].startswith(rd.GIT_URL + '/blob/')]
     if repo: problems.append(f"{len(repo)} link(s) into settings.ini's git_url, which has no public repository: {repo[:3]}")
+    cards = ' '.join(''.join(o.get('data', {}).get('text/markdown', '')) for c in json.loads((rd.PROC/rd.rel(nb)).read_text())['cells']
+                     for o in c.get('outputs', []))
+    noise = sorted({m for m in re.findall(r'\w+:(?:VAR_KEYWORD|VAR_POSITIONAL)|\w+:NoneType=None', cards)})
+    if noise: problems.append(f'signatures not as written in the code: {noise[:5]}')
     assert not problems, f"{r['page']} ({nb.name}): " + '; '.join(problems)
 
 def test_screenshots_saved(doms):
