@@ -14,6 +14,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import MaskedLMOutput, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from fastcore.basics import patch
+from fastcore.meta import delegates
 from transformers import PreTrainedTokenizerBase
 from .core import Tok, toy_model, toy_tokenizer, save_toy, seeded
 
@@ -510,6 +511,7 @@ def _pad_kwargs(self:MDLM, attn:Tensor)->dict:
 def _is_peft(model): return hasattr(model, 'peft_config')
 
 # %% ../nbs/03_models.ipynb #26e05ae2
+@delegates(TinyLLaDAConfig.__init__)
 def tiny_llada(seed:int=0, **kwargs)->MDLM:
     "A randomly initialised `TinyLLaDA` (LLaDA's names, vocabulary and special ids) behind the adapter; `kwargs` go to its config"
     fam = FAMILIES['llada']
@@ -517,6 +519,8 @@ def tiny_llada(seed:int=0, **kwargs)->MDLM:
     return MDLM(model, Tok(fam.mask_id, fam.eos_ids), 'llada')
 
 # %% ../nbs/03_models.ipynb #bc8a086e
+@delegates(TinyDreamConfig.__init__, but=['vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
+                                          'num_attention_heads', 'num_key_value_heads'])
 def tiny_dream(seed:int=0, vocab_size:int=152064, hidden:int=16, layers:int=2, heads:int=2, **kwargs)->MDLM:
     "A randomly initialised `TinyDream` (shifted logits, Qwen2 names, Dream's ids) behind the adapter; `kwargs` go to its config"
     cfg = TinyDreamConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2*hidden, num_hidden_layers=layers,

@@ -3,7 +3,6 @@
     python scripts/render_docs.py              # process every notebook, render HTML, write the report
     python scripts/render_docs.py --check      # same, and exit 1 if any notebook has an error or a warning
     python scripts/render_docs.py --only 01_mdp index --force
-    python scripts/render_docs.py fields-cells nbs/05_sampler.ipynb   # hand-kept field tables -> one `fields_table` cell each
 
 1. **Docs processing.** Each notebook goes through nbdev's own processors (`FilterDefaults`, exactly what
    `nbdev_proc_nbs` and `nbdev_docs` run: frontmatter, `show_doc` cards, execution of exported, import and
@@ -297,33 +296,6 @@ def build_site(report):
         report[n]['title'] = render(p, pages)
     return pages
 
-_HEAD = '| Field | Type | Default | Meaning |'
-def fields_cells(nb_path):
-    "Replace each hand-kept field table of `nb_path` by one cell that renders it from the module (`fields_table`); returns the records"
-    nb, done = json.loads(Path(nb_path).read_text()), []
-    cells, out = nb['cells'], []
-    code = lambda s: dict(cell_type='code', execution_count=None, metadata={}, outputs=[], source=s.splitlines(keepends=True))
-    md = lambda s: dict(cell_type='markdown', metadata={}, source=s.splitlines(keepends=True))
-    for c in cells:
-        src = ''.join(c['source'])
-        prev = ''.join(out[-1]['source']) if out else ''
-        m = re.search(r'^class (\w+)', prev, re.M)
-        if c['cell_type'] != 'markdown' or _HEAD not in src or not m:
-            out.append(c); continue
-        lines = src.splitlines()
-        a = next(i for i, l in enumerate(lines) if l.startswith(_HEAD)); b = a
-        while b < len(lines) and lines[b].lstrip().startswith('|'): b += 1
-        intro, outro = '\n'.join(lines[:a]).strip(), '\n'.join(lines[b:]).strip()
-        if re.fullmatch(r"`?\w+`?'s fields[^:]*:", intro) and 'signature only' in intro: intro = ''
-        out += ([md(intro)] if intro else []) + [code(f'#| echo: false\n#| exec_doc\nfields_table({m.group(1)})')] + ([md(outro)] if outro else [])
-        done.append(m.group(1))
-    if done:
-        h = next(c for c in out if c['cell_type'] == 'code' and ''.join(c['source']).startswith('#| hide') and 'import' in ''.join(c['source']))
-        if 'fields_table' not in ''.join(h['source']): h['source'] = (''.join(h['source']) + '\nfrom mapg.core import fields_table').splitlines(keepends=True)
-        nb['cells'] = out
-        Path(nb_path).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + '\n')
-    return done
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--only', nargs='*', help='notebook names (e.g. 01_mdp index)')
@@ -353,6 +325,4 @@ def main(argv=None):
 
 if __name__ == '__main__':
     if sys.argv[1:2] == ['_worker']: _worker(*sys.argv[2:5])
-    elif sys.argv[1:2] == ['fields-cells']:
-        for p in sys.argv[2:]: print(p, fields_cells(p))
     else: main()

@@ -69,9 +69,8 @@ def test_gpu_and_slow_cells_not_run_by_docs(nb):
 
 @pytest.mark.parametrize('rec', RECORDS, ids=list(RECORDS))
 def test_records_documented_field_by_field(rec):
-    "`show_doc` drops a dataclass's field comments: the page renders `fields_table(Name)` (or, until converted, a hand table in sync)"
+    "`show_doc` drops a dataclass's field comments: the page renders `fields_table(Name)`, built from the module at docs time"
     import dataclasses, importlib
-    from fastcore.docments import docments
     mod, _, name = rec.rpartition('.')
     try: cls = getattr(importlib.import_module(mod), name)
     except (ImportError, AttributeError) as e: pytest.fail(f'{rec} cannot be imported: {e}')
@@ -80,24 +79,16 @@ def test_records_documented_field_by_field(rec):
     from mapg.core import fields_table
     cell = next((c for c in json.loads(nb.read_text())['cells'] if c['cell_type'] == 'code'
                  and re.search(rf'^fields_table\({name}\)\s*$', ''.join(c['source']), re.M)), None)
-    if cell is not None:                                  # built from the module at docs time (`exec_doc`)
-        src = ''.join(cell['source'])
-        assert re.search(r'^#\|\s*exec_doc', src, re.M) and re.search(r'^#\|\s*echo:\s*false', src, re.M), \
-            f'{nb.name}: the fields_table({name}) cell needs `#| echo: false` and `#| exec_doc`'
-        md = fields_table(cls)._repr_markdown_().splitlines()
-        test_rows = [l for l in md if re.match(r'\| `', l)]
-        assert [re.match(r'\| `(\w+)`', l).group(1) for l in test_rows] == [f.name for f in dataclasses.fields(cls)]
-        assert all(l.count('|') == 5 for l in md), f'{name}: a pipe breaks its table: {md}'
-        return
-    rows = [l for src in _cells(nb) for l in src.splitlines() if l.lstrip().startswith('|')]
-    dm, missing = docments(cls, full=True), []
-    for f in dataclasses.fields(cls):
-        row = next((r for r in rows if re.match(rf'\|\s*`{re.escape(f.name)}`\s*\|', r.strip())), None)
-        doc = ' '.join((dm.get(f.name, {}).get('docment') or '').split())
-        if row is None or (doc and doc.replace('|', r'\|') not in ' '.join(row.split())): missing.append(f.name)
-    assert not missing, (f'{nb.name}: the field table of {name} lacks or differs on {missing}; '
-                         f'replace it by a cell `#| echo: false`, `#| exec_doc`, `fields_table({name})` under its card '
-                         f'(`python scripts/render_docs.py fields-cells {nb.relative_to(ROOT)}` does it)')
+    assert cell is not None, f'{nb.name}: no cell `fields_table({name})` (with `#| echo: false` and `#| exec_doc`) under its card'
+    src = ''.join(cell['source'])
+    assert re.search(r'^#\|\s*exec_doc', src, re.M) and re.search(r'^#\|\s*echo:\s*false', src, re.M), \
+        f'{nb.name}: the fields_table({name}) cell needs `#| echo: false` and `#| exec_doc`'
+    md = fields_table(cls)._repr_markdown_().splitlines()
+    test_rows = [l for l in md if re.match(r'\| `', l)]
+    assert [re.match(r'\| `(\w+)`', l).group(1) for l in test_rows] == [f.name for f in dataclasses.fields(cls)]
+    assert all(l.count('|') == 5 for l in md), f'{name}: a pipe breaks its table: {md}'
+    hand = [l for t in _cells(nb) for l in t.splitlines() if l.startswith('| Field | Type | Default | Meaning |')]
+    assert not hand, f'{nb.name}: a hand-kept field table is left beside fields_table({name})'
 
 
 def _sections():
