@@ -7,11 +7,13 @@ from __future__ import annotations
 import os, statistics, time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 import torch
 from .core import make_gen
 from .sampler import generate
 from .likelihood import stepmerge_log_probs, sample_segments
 from .objectives import gspo_loss
+if TYPE_CHECKING: from mapg.models import MDLM
 
 # %% auto #0
 __all__ = ['FIGURES', 'Figure', 'FiguresTable', 'figures_table', 'clock_for', 'interleaved', 'ratio_figure', 'sampler_overhead',
@@ -54,16 +56,17 @@ def figures_table(figs:list # the Figure records
 def _sync(device):
     if torch.device(device).type == 'cuda': torch.cuda.synchronize(device)
 
-def clock_for(device)->str:
+# %% ../nbs/14_bench.ipynb #f10475d4
+def clock_for(device:str|torch.device)->str:
     "'wall' on a GPU, 'cpu' (this process's CPU time) otherwise"
     return 'wall' if torch.device(device).type == 'cuda' else 'cpu'
 
 # %% ../nbs/14_bench.ipynb #e5755ae5
-def interleaved(fns:dict,             # name -> callable to time
-                repeats:int=5,        # timed rounds (after one warm-up round)
-                device='cpu',         # synchronised before and after each call on CUDA
-                clock:str|None=None   # 'wall' | 'cpu' (None: `clock_for(device)`)
-               )->dict:               # name -> list of `repeats` seconds
+def interleaved(fns:dict,                      # name -> callable to time
+                repeats:int=5,                 # timed rounds (after one warm-up round)
+                device:str|torch.device='cpu', # synchronised before and after each call on CUDA
+                clock:str|None=None            # 'wall' | 'cpu' (None: `clock_for(device)`)
+               )->dict:                        # name -> list of `repeats` seconds
     "Time each callable once per round, alternating the order every round, after a warm-up round"
     now = (time.perf_counter if (clock or clock_for(device)) == 'wall' else time.process_time)
     out, names = {k: [] for k in fns}, list(fns)
@@ -90,7 +93,8 @@ def _prompt(model, batch:int, prompt_len:int, seed:int=0):
     p = torch.randint(0, V, (batch, prompt_len), generator=make_gen(seed), device='cpu').to(model.device)
     return p.masked_fill(p == model.mask_id, (model.mask_id + 1) % V)
 
-def sampler_overhead(model,                 # an MDLM
+# %% ../nbs/14_bench.ipynb #447096dc
+def sampler_overhead(model:'MDLM',          # an MDLM
                      batch:int=8,           # prompts per call
                      prompt_len:int=16,     # prompt tokens
                      repeats:int=5,
@@ -123,7 +127,8 @@ def _rollout(model, batch, prompt_len, n_segments, **gen):
     s = dict(dict(gen_length=256, block_length=32, steps=128), **gen)
     return generate(model, _prompt(model, batch, prompt_len), generator=make_gen(1, model.device), stepmerge_segments=n_segments, **s)
 
-def position_term_overhead(model,             # an MDLM (trainable)
+# %% ../nbs/14_bench.ipynb #bd1f94eb
+def position_term_overhead(model:'MDLM',      # an MDLM (trainable)
                            batch:int=2,       # sequences
                            prompt_len:int=16,
                            n_segments:int=32, # N
@@ -144,7 +149,8 @@ def position_term_overhead(model,             # an MDLM (trainable)
                         detail=f"B={batch} N={n_segments} K={k} L={r.L} T={r.T}", show_abs=model.device.type == 'cuda')
 
 # %% ../nbs/14_bench.ipynb #4265d9b6
-def stepmerge_batching(model, batch:int=4, prompt_len:int=16, n_segments:int=32, k:int=12, repeats:int=5, **gen)->Figure:
+def stepmerge_batching(model:'MDLM', batch:int=4, prompt_len:int=16, n_segments:int=32, k:int=12,
+                       repeats:int=5, **gen)->Figure:
     "Speed-up of scoring all (segment, sequence) pairs in one forward over one pair per forward"
     r = _rollout(model, batch, prompt_len, n_segments, **gen)
     seg = sample_segments(r, n_segments, k, make_gen(2, r.ids.device))
@@ -157,7 +163,7 @@ def stepmerge_batching(model, batch:int=4, prompt_len:int=16, n_segments:int=32,
 # %% ../nbs/14_bench.ipynb #fe21bc32
 class PassCounter:
     "Counts calls of an `MDLM`'s `forward` and the sequences they carry"
-    def __init__(self, model): self.m, self.calls, self.rows = model, 0, 0
+    def __init__(self, model:'MDLM'): self.m, self.calls, self.rows = model, 0, 0
     def __enter__(self):
         f = self.f = self.m.forward
         def fwd(ids, **kw): self.calls += 1; self.rows += ids.shape[0]; return f(ids, **kw)
@@ -165,7 +171,7 @@ class PassCounter:
     def __exit__(self, *a): del self.m.forward
 
 # %% ../nbs/14_bench.ipynb #9c66e0af
-def passes_per_cycle(model, prompt_len:int=16, n_segments:int=32, k:int=12, mu:int=12, **gen)->Figure:
+def passes_per_cycle(model:'MDLM', prompt_len:int=16, n_segments:int=32, k:int=12, mu:int=12, **gen)->Figure:
     "Sequence-forwards of one training cycle at batch 1 (rollout + mu updates of K segments) over the recipe's T + N + mu K"
     r = None
     with PassCounter(model) as roll: r = _rollout(model, 1, prompt_len, n_segments, **gen)
@@ -204,7 +210,9 @@ def _toy_cycle_parts(model, prompts:int, group:int, n_segments:int, k:int, **gen
     recs = [r for r in toy_sudoku(prompts, 'train', 0, model.tokenizer) for _ in range(group)]
     return roll, recs, UpdateCfg
 
-def stepmerge_micro_batching(model, prompts:int=1, group:int=2, n_segments:int=32, k:int=12, micro_batch:int=4, repeats:int=5, **gen)->Figure:
+# %% ../nbs/14_bench.ipynb #af3bda7d
+def stepmerge_micro_batching(model:'MDLM', prompts:int=1, group:int=2, n_segments:int=32, k:int=12,
+                             micro_batch:int=4, repeats:int=5, **gen)->Figure:
     "`mapg.train.update_stage` with `micro_batch` pairs per pass (exact gradient) over the all-at-once update"
     from mapg.train import rollout_stage, update_stage
     roll, recs, UpdateCfg = _toy_cycle_parts(model, prompts, group, n_segments, k, **gen)
@@ -223,7 +231,8 @@ def stepmerge_micro_batching(model, prompts:int=1, group:int=2, n_segments:int=3
                         show_abs=model.device.type == 'cuda')
 
 # %% ../nbs/14_bench.ipynb #e3d715f4
-def training_cycle(model, prompts:int=2, group:int=4, n_segments:int=32, k:int=12, mu:int=12, repeats:int=2, **gen)->Figure:
+def training_cycle(model:'MDLM', prompts:int=2, group:int=4, n_segments:int=32, k:int=12, mu:int=12,
+                   repeats:int=2, **gen)->Figure:
     "One training cycle of the trainer's stages on toy Sudoku: rollout, scoring, mu updates with AdamW; the scoring share"
     from mapg.train import rollout_stage, update_stage
     roll, recs, UpdateCfg = _toy_cycle_parts(model, prompts, group, n_segments, k, **gen)
@@ -282,7 +291,7 @@ def bench_model(a:BenchArgs):
     return load_model(a.model, kind=a.kind, device=dev)
 
 # %% ../nbs/14_bench.ipynb #099c3655
-def run_benchmarks(a:BenchArgs, model=None, show:bool=True)->list:
+def run_benchmarks(a:BenchArgs, model:'MDLM|None'=None, show:bool=True)->list:
     "Every figure (or those in `a.only`), measured in one run; print one line each as it comes"
     if a.threads: torch.set_num_threads(a.threads)
     bad = [f for f in a.only if f not in FIGURES]

@@ -8,9 +8,11 @@ import ast, csv, gzip, inspect, json, os, re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
 import torch
 import mapg
 from .rewards import REWARDS, hash_answer, last_boxed
+if TYPE_CHECKING: from transformers import PreTrainedTokenizerBase
 
 # %% auto #0
 __all__ = ['FORMAT_PROMPT', 'SUDOKU_RULES', 'SUDOKU_SHOTS', 'CODE_INSTRUCTION', 'DATASETS', 'data_dir', 'read_records',
@@ -58,7 +60,7 @@ def math_prompt(problem:str)->list:
                                       f"Solve it step by step. Wrap the final answer in a \\boxed{{}}. \n\n{problem}")]
 
 # %% ../nbs/11_data.ipynb #63ab9e33
-def countdown_prompt(numbers, target)->list:
+def countdown_prompt(numbers:list|tuple, target:int|str)->list:
     "d1's Countdown prompt"
     return [dict(role='user', content=(
         f"{FORMAT_PROMPT}\nUsing only the numbers {list(numbers)}, create an arithmetic expression that evaluates to exactly "
@@ -68,7 +70,7 @@ def countdown_prompt(numbers, target)->list:
         "target is 5, a valid answer is: <answer>\n2*4-3\n</answer>"))]
 
 # %% ../nbs/11_data.ipynb #1c72cc0b
-def chat_prompt(messages:list, tok)->str:
+def chat_prompt(messages:list, tok:'PreTrainedTokenizerBase')->str:
     "Render `messages` with `tok`'s chat template, opening the assistant's turn"
     if getattr(tok, 'chat_template', None) is None: raise ValueError("the tokenizer has no chat template")
     return tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -147,6 +149,7 @@ def _mapg_run_case(f):
         f(**kw)
 '''
 
+# %% ../nbs/11_data.ipynb #ee2cf9a1
 def pytest_cases(test_src:str)->list:
     "One test case per `test_*` function (or `Test*.test_*` method) of a pytest module: the module, then the call"
     try: tree = ast.parse(test_src)
@@ -218,8 +221,10 @@ class DataSpec:
     hub:dict=field(default_factory=dict)   # split -> (hub dataset name, config or None, hub split)
     keep:object=None                  # (split, raw row) -> bool: which rows of the file or hub set belong to the split
 
+# %% ../nbs/11_data.ipynb #eb9e698c
 _MBPP_SPLITS = dict(prompt=(1, 10), test=(11, 510), validation=(511, 600), train=(601, 974))
 
+# %% ../nbs/11_data.ipynb #1ce62227
 DATASETS = dict(
     gsm8k=DataSpec('gsm8k', _gsm8k_row, dict(train='gsm8k_train.jsonl', test='gsm8k_test.jsonl')),
     math=DataSpec('math', _math_row, dict(test='math500_test.jsonl'), dict(train=('ankner/math-500', None, 'train'))),
@@ -243,10 +248,11 @@ def _hub_rows(name:str, config:str|None, split:str)->list:
 def _is_path(source)->bool:
     return isinstance(source, Path) or Path(str(source)).exists() or bool(re.search(r'\.(jsonl|json|csv)(\.gz)?$', str(source)))
 
+# %% ../nbs/11_data.ipynb #89ea2337
 def load_data(name:str,              # dataset: a key of `DATASETS`
               split:str='test',      # split (see the table above)
-              source=None,           # None (shipped file or default hub name), a local file path, or a hub dataset name
-              tok=None,              # tokenizer: also render `text` with its chat template
+              source:str|Path|None=None, # None (shipped file or default hub name), a local file path, or a hub dataset name
+              tok:'PreTrainedTokenizerBase|None'=None, # tokenizer: also render `text` with its chat template
               limit:int|None=None,   # keep the first `limit` records
               **kw                   # passed to the row converter (Sudoku: `shots`)
              )->list:                # records: prompt, gold columns, task, id (and text)
@@ -306,7 +312,7 @@ def sudoku_count(puzzle:str, limit:int|None=None)->int:
 # %% ../nbs/11_data.ipynb #6747abe9
 def make_sudoku(n:int,                         # puzzles to make
                 generator:torch.Generator,     # randomness
-                exclude=None,                  # solutions to keep out (None: those of the shipped SPG test split)
+                exclude:Iterable[str]|None=None, # solutions to keep out (None: those of the shipped SPG test split)
                 min_blanks:int=7, max_blanks:int=12, # blank cells per puzzle
                 unique:bool=True               # keep only puzzles with a unique solution
                )->list:                        # dicts with puzzle, solution
@@ -325,7 +331,8 @@ def make_sudoku(n:int,                         # puzzles to make
     return out
 
 # %% ../nbs/11_data.ipynb #685b0b7e
-def sudoku_train(n:int, generator:torch.Generator, tok=None, shots:int=3, **kw)->list:
+def sudoku_train(n:int, generator:torch.Generator, tok:'PreTrainedTokenizerBase|None'=None, shots:int=3,
+                 **kw)->list:
     "`n` generated Sudoku training records (prompt, puzzle, solution, task), as `load_data` returns them"
     recs = [{'id': f"sudoku/train/{i}", **_sudoku_row(r, shots), 'task': 'sudoku'} for i, r in enumerate(make_sudoku(n, generator, **kw))]
     if tok is not None:

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, asdict, fields
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
 import torch
 from .core import make_gen
 from .data import load_data, columns, DATASETS, chat_prompt, gsm8k_prompt, math_prompt, SUDOKU_RULES, SUDOKU_SHOTS
@@ -17,6 +18,9 @@ from .rewards import score_batch, task_metrics, answer_tag, answer_spans, last_b
 from .rewards_math import math_equal
 from .sampler import generate
 from .train import prompt_batch, completions_text, field_docs
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+    from mapg.models import MDLM
 
 # %% auto #0
 __all__ = ['TASK_NAMES', 'LENGTHS', 'PUBLISHED', 'PROTOCOLS', 'PREFILL', 'PAPER_TASKS', 'GSM8K_SYSTEM', 'MATH_SYSTEM',
@@ -41,6 +45,7 @@ class PaperTable:
     rows:dict     # row name -> {column: accuracy in % or None}
     note:str=''   # footnote
 
+# %% ../nbs/13_evaluate.ipynb #d1dea3aa
 def _typed(columns, text:str)->dict:
     "Rows typed as `name | v v v ...` lines ('-': not reported) -> {name: {column: value}}"
     out = {}
@@ -59,6 +64,7 @@ _PLAN = _grid(('sudoku', 'countdown'))
 _DREAM = _grid(('gsm8k', 'math', 'sudoku'))
 _BLOCK = tuple((t, 256, b) for b in (32, 64, 256) for t in ('gsm8k', 'math'))
 
+# %% ../nbs/13_evaluate.ipynb #243150aa
 PUBLISHED = {t.key: t for t in (
     PaperTable('main', 'Table 1 (main_results): RL methods on LLaDA-8B-Instruct', 'llada', _MAIN, _typed(_MAIN, """
         LLaDA-8B-Instruct | 69.5 77.2 79.8 28.2 32.4 34.6 27.4 35.5 37.8 36.2 41.2 40.4
@@ -102,7 +108,11 @@ PUBLISHED = {t.key: t for t in (
 PROTOCOLS = ('paper', 'mapg')
 PREFILL = '<reasoning>'
 PAPER_TASKS = ('gsm8k', 'math', 'countdown', 'sudoku')
+
+# %% ../nbs/13_evaluate.ipynb #bfa38771
 _BOXED_FORMAT = "Respond in the following format:\n<reasoning>\nYour reasoning here\n</reasoning>\n<answer>\n\\boxed{...}\n</answer>"
+
+# %% ../nbs/13_evaluate.ipynb #463fb9b7
 GSM8K_SYSTEM = ("You are a math expert. You will be given a question to solve. Solve it step by step. "
                 "Wrap the final answer in a \\boxed{}. \n" + _BOXED_FORMAT)
 MATH_SYSTEM = ("You are a math expert. You will be given a question to solve. Solve it step by step. "
@@ -119,6 +129,7 @@ def _question(rec:dict, make)->str:
     if not text.startswith(head): raise ValueError(f"record {rec.get('id')}: its prompt was not built by {make.__name__}")
     return text[len(head):]
 
+# %% ../nbs/13_evaluate.ipynb #13b9ebaa
 def paper_messages(task:str,   # gsm8k | math | countdown | sudoku
                    rec:dict,   # a record of load_data (its training prompt, numbers and target, or puzzle)
                    shots:int=3 # Sudoku worked examples (SPG: 3)
@@ -136,7 +147,7 @@ def paper_messages(task:str,   # gsm8k | math | countdown | sudoku
     raise ValueError(f"the paper's protocol has no prompt of its own for {task!r} (code tasks keep mapg's prompts)")
 
 # %% ../nbs/13_evaluate.ipynb #6a34fea5
-def paper_records(task:str, records:list, tok=None, shots:int=3)->list:
+def paper_records(task:str, records:list, tok:'PreTrainedTokenizerBase|None'=None, shots:int=3)->list:
     "`records` with the paper's evaluation prompt: `prompt`, `prefill` and (with `tok`) `text` = chat template + prefill"
     if task not in PAPER_TASKS: return records
     out = []
@@ -177,14 +188,16 @@ FIXES = dict(
     digits=Fix('Sudoku', "keeps every character but white space: separators shift the cells", "keeps the digits only",
                ('sudoku', "<answer>1234|3412|2143|4321</answer>", dict(puzzle='0204301001034020', solution='1234341221434321'))))
 
+# %% ../nbs/13_evaluate.ipynb #367b430a
 def _fix(fixes, name:str)->bool: return name in fixes
 
 # %% ../nbs/13_evaluate.ipynb #765f1882
-def cut_eos(text:str, eos=EOS_MARKERS)->str:
+def cut_eos(text:str, eos:tuple|list=EOS_MARKERS)->str:
     "`text` up to its first end-of-sequence marker"
     cuts = [i for m in eos if m and (i := text.find(m)) >= 0]
     return text[:min(cuts)] if cuts else text
 
+# %% ../nbs/13_evaluate.ipynb #ce302197
 def _boxes_d1(text:str)->list:
     "d1's GSM8K boxes: the text between each `\\boxed{` and the next `}` on the same line"
     return re.findall(r'\\boxed\{([^}\n]*)\}', text)
@@ -243,6 +256,7 @@ def _gsm_number(s:str, first:bool, commas:bool)->float|None:
     nums = (_COMMA_NUM if commas else _D1_NUM).findall(s)
     return float(nums[0 if first else -1].replace(',', '')) if nums else None
 
+# %% ../nbs/13_evaluate.ipynb #a99b8965
 def gsm8k_gold(answer:str, negative:bool=True)->float|None:
     "The gold number of a GSM8K answer (the text after `####`); d1's pattern (`negative=False`) has no sign"
     if negative: x = parse_number(answer); return None if x is None else float(x)
@@ -252,8 +266,8 @@ def gsm8k_gold(answer:str, negative:bool=True)->float|None:
 # %% ../nbs/13_evaluate.ipynb #68b79764
 def read_gsm8k(text:str,            # the generation
                answer:str,          # the gold answer (the text after `####`)
-               fixes=tuple(FIXES),  # corrections to d1's reading (`()`: d1's reading exactly)
-               eos=EOS_MARKERS      # end-of-sequence markers (fix `eos`)
+               fixes:tuple|list=tuple(FIXES), # corrections to d1's reading (`()`: d1's reading exactly)
+               eos:tuple|list=EOS_MARKERS # end-of-sequence markers (fix `eos`)
               )->dict:              # answer (float or None), correct (bool)
     "GSM8K by d1's rules: the first box holding a number (its first number), else the first answer block's last number"
     f = fixes
@@ -297,6 +311,7 @@ def _d1_slash(s:str)->str:
     a, b = int(a), int(b)                  # not integers: raises, and d1 compares the raw strings
     return f"\\frac{{{a}}}{{{b}}}" if s == f"{a}/{b}" else s
 
+# %% ../nbs/13_evaluate.ipynb #5a9b9335
 def d1_normal(s:str)->str:
     "d1's (Hendrycks') normal form of a MATH answer; raises where d1's does (the comparison then uses the raw strings)"
     s = s.replace('\n', '').replace('\\!', '').replace('\\\\', '\\').replace('tfrac', 'frac').replace('dfrac', 'frac')
@@ -332,10 +347,11 @@ def _d1_last_box(s:str)->str|None:
                 return box[len('\\boxed{'):-1] if box.startswith('\\boxed{') else box
     return None
 
+# %% ../nbs/13_evaluate.ipynb #d76e2355
 def read_math(text:str,            # the generation
               answer:str,          # MATH500's gold answer
-              fixes=tuple(FIXES),  # corrections to d1's reading (`()`: d1's reading exactly)
-              eos=EOS_MARKERS,     # end-of-sequence markers (fix `eos`)
+              fixes:tuple|list=tuple(FIXES), # corrections to d1's reading (`()`: d1's reading exactly)
+              eos:tuple|list=EOS_MARKERS, # end-of-sequence markers (fix `eos`)
               math_verify:bool=False # also judge the answer with mapg's symbolic equivalence (`math-verify`)
              )->dict:              # answer, correct (d1's equivalence) and, with `math_verify`, verified
     "MATH500 by d1's rules: the last box (no box: the whole generation; an unclosed one: the answer block), d1's equivalence"
@@ -354,6 +370,7 @@ def read_math(text:str,            # the generation
 _ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 _D1_ARITH = {**_ARITH, ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv}
 
+# %% ../nbs/13_evaluate.ipynb #406c886c
 def arith_value(expr:str, ops:dict=_ARITH)->Fraction|None:
     "Exact value of an arithmetic expression of numbers, brackets and the operators `ops`; None if it is not one or fails"
     if not re.fullmatch(r'[\d+\-*/().\s]+', expr): return None       # d1's character whitelist
@@ -374,10 +391,10 @@ def arith_value(expr:str, ops:dict=_ARITH)->Fraction|None:
 
 # %% ../nbs/13_evaluate.ipynb #4c3d9b27
 def read_countdown(text:str,            # the generation
-                   numbers,             # the numbers, each to be used once
-                   target,              # the value to reach
-                   fixes=tuple(FIXES),  # corrections to d1's reading (`()`: d1's reading exactly)
-                   eos=EOS_MARKERS      # end-of-sequence markers (fix `eos`)
+                   numbers:list|tuple,  # the numbers, each to be used once
+                   target:int|str,      # the value to reach
+                   fixes:tuple|list=tuple(FIXES), # corrections to d1's reading (`()`: d1's reading exactly)
+                   eos:tuple|list=EOS_MARKERS # end-of-sequence markers (fix `eos`)
                   )->dict:              # answer (the expression read), value, correct
     "Countdown by d1's rules: the last box (no box: the whole generation), `= n` dropped, each number once, the target reached"
     f = fixes
@@ -413,11 +430,12 @@ def _sudoku_text(text:str, last:bool, unclosed:bool)->str:
         if m and m[1].strip(): return m[1].strip()
     return ''
 
+# %% ../nbs/13_evaluate.ipynb #028d8d19
 def read_sudoku(text:str,            # the generation
                 puzzle:str,          # 16 digits, 0 = blank
                 solution:str,        # 16 digits
-                fixes=tuple(FIXES),  # corrections to d1's reading (`()`: d1's reading exactly)
-                eos=EOS_MARKERS      # end-of-sequence markers (fix `eos`)
+                fixes:tuple|list=tuple(FIXES), # corrections to d1's reading (`()`: d1's reading exactly)
+                eos:tuple|list=EOS_MARKERS # end-of-sequence markers (fix `eos`)
                )->dict:              # answer (16 characters), right and blanks (cells), solved
     "Sudoku by SPG's rules: the grid text (white space dropped), padded or cut to 16, right blank cells counted"
     f = fixes
@@ -432,7 +450,7 @@ def read_sudoku(text:str,            # the generation
 # %% ../nbs/13_evaluate.ipynb #6bbc2242
 READERS = dict(gsm8k=read_gsm8k, math=read_math, countdown=read_countdown, sudoku=read_sudoku)
 
-def read(task:str, text:str, fixes=tuple(FIXES), eos=EOS_MARKERS, **gold)->dict:
+def read(task:str, text:str, fixes:tuple|list=tuple(FIXES), eos:tuple|list=EOS_MARKERS, **gold)->dict:
     "The reading of `text` by the reader of `task` (`fixes=()`: d1's exactly), gold columns by name"
     return READERS[task](text, fixes=fixes, eos=eos, **gold)
 
@@ -440,7 +458,7 @@ def read(task:str, text:str, fixes=tuple(FIXES), eos=EOS_MARKERS, **gold)->dict:
 def paper_score(task:str,            # gsm8k | math | countdown | sudoku
                 text:str,            # the generation, decoded with its special tokens (the whole canvas)
                 rec:dict,            # the record (its gold columns)
-                eos=EOS_MARKERS      # the model's end-of-sequence markers
+                eos:tuple|list=EOS_MARKERS # the model's end-of-sequence markers
                )->dict:              # paper (the table's reading), d1 (d1's exact reading), metrics
     "The table's reading of one generation (d1's rules with the corrections), d1's exact reading beside it, and the item's metrics"
     gold = {k: rec[k] for k in list(inspect.signature(READERS[task]).parameters)[1:] if k in rec and k not in ('fixes', 'eos', 'math_verify')}
@@ -459,6 +477,7 @@ def _shown(r:dict)->str:
     a = a.replace('|', '∣').replace('\n', '⏎')   # no pipe inside a table cell
     return f"`{a}` " + (f"{r['right']}/{r['blanks']} cells" if 'right' in r else ('✓' if r['correct'] else '✗'))
 
+# %% ../nbs/13_evaluate.ipynb #fd52295f
 def fixes_table()->str:
     "Every documented difference from d1's reader as a markdown table, each with its example read both ways"
     head = "| Rule | Tasks | d1's reader | mapg's reading | Example | d1 reads | mapg reads |\n|---|---|---|---|---|---|---|"
@@ -553,6 +572,7 @@ def _with_help(cls):
         if docs.get(f.name) and 'help' not in f.metadata: f.metadata = types.MappingProxyType({**f.metadata, 'help': docs[f.name]})
     return cls
 
+# %% ../nbs/13_evaluate.ipynb #227fa1fc
 def docments_parser(cls=EvalArgs,      # a dataclass whose fields have inline comments
                     config:bool=True,  # add `--config` (a YAML file of defaults)
                     **kwargs):         # passed to `HfArgumentParser` (e.g. `description`)
@@ -595,6 +615,7 @@ def _weights_dir(path:Path)->tuple|None:
         if _has_weights(d): return 'full', d
     return None
 
+# %% ../nbs/13_evaluate.ipynb #73f292af
 def find_checkpoints(path:str|Path)->list:
     "[(label, step or None, directory)] for one checkpoint, or for every `checkpoint-N` of a run directory (by step)"
     path = Path(path)
@@ -610,9 +631,10 @@ def find_checkpoints(path:str|Path)->list:
 # %% ../nbs/13_evaluate.ipynb #17c77fba
 def _dtype(name:str): return dict(bfloat16=torch.bfloat16, float16=torch.float16, float32=torch.float32)[name]
 
+# %% ../nbs/13_evaluate.ipynb #256389ea
 def load_for_eval(args:EvalArgs,             # the run's arguments (model, kind, dtype, load_in_4bit)
                   ckpt:str|Path|None=None,   # checkpoint directory (None: the base model)
-                  device=None):              # device (None: cuda if available)
+                  device:str|torch.device|None=None): # device (None: cuda if available)
     "The model to evaluate: `args.model`, with the LoRA adapter or full weights of `ckpt`"
     from mapg.models import load_model, MDLM
     kind = args.kind if args.kind != 'auto' or args.model != 'toy' else 'toy'
@@ -628,7 +650,7 @@ def load_for_eval(args:EvalArgs,             # the run's arguments (model, kind,
     return m
 
 # %% ../nbs/13_evaluate.ipynb #27a5ede6
-def encode_prompts(tok,                     # the model's tokenizer
+def encode_prompts(tok:'PreTrainedTokenizerBase', # the model's tokenizer
                    records:list,            # records with a chat-rendered `text`
                    pad_id:int,              # id on the left padding (masked out by the attention mask)
                    max_len:int|None=None    # keep the last `max_len` tokens of each prompt (None: all)
@@ -653,7 +675,7 @@ def parse_answer(task:str, text:str)->str|None:
     return answer_tag(text)
 
 # %% ../nbs/13_evaluate.ipynb #35b08b2d
-def read_items(files)->dict:
+def read_items(files:Iterable[str|Path])->dict:
     "{key: item} from JSON-lines files (a line cut short by an interruption is skipped)"
     out = {}
     for f in files:
@@ -663,6 +685,7 @@ def read_items(files)->dict:
             out[it['key']] = it
     return out
 
+# %% ../nbs/13_evaluate.ipynb #22e518bc
 def _append(path:Path, items:list):
     "Append items as JSON lines; start on a fresh line if an interrupted write left half a line"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -690,7 +713,7 @@ def _metrics(task:str, r:dict)->dict:
     except Exception: return dict(accuracy=0.)
 
 # %% ../nbs/13_evaluate.ipynb #a1545011
-def eval_cell(model,                    # an MDLM with its tokenizer
+def eval_cell(model:'MDLM',             # an MDLM with its tokenizer
               records:list,             # the task's records (load_data with the tokenizer)
               cell:Cell,                # task, L, block and the run's arguments
               item_dir:Path,            # directory of this row's item files
@@ -736,13 +759,13 @@ def eval_cell(model,                    # an MDLM with its tokenizer
     if bar: bar.close()
 
 # %% ../nbs/13_evaluate.ipynb #ff7d47af
-def eos_markers(model)->tuple:
+def eos_markers(model:'MDLM')->tuple:
     "The end-of-sequence markers of a model's decoded text: its EOS tokens as decoded, and LLaDA's and Dream's"
     toks = [model.tokenizer.decode([i], skip_special_tokens=False) for i in model.eos_ids]
     return tuple(dict.fromkeys([*(t for t in toks if t.strip()), *EOS_MARKERS]))
 
 # %% ../nbs/13_evaluate.ipynb #bd7efa0b
-def max_positions(model)->int|None:
+def max_positions(model:'MDLM')->int|None:
     "The longest canvas a model with absolute position embeddings takes (None: no such limit found)"
     net = model.model.get_base_model() if hasattr(model.model, 'get_base_model') else model.model
     cfg = getattr(net, 'config', None)
@@ -902,6 +925,7 @@ def _table(head:list, published:list, ours:list)->list:
     if published: lines.append("| | " + " | ".join("" for _ in head) + " |")
     return lines + [f"| {n} | " + " | ".join('—' if v is None else f"{v:.1f}" for v in vs) + " |" for n, vs in ours]
 
+# %% ../nbs/13_evaluate.ipynb #4b274ce3
 def markdown_tables(res:dict)->str:
     "The results as markdown tables laid out like the paper's, the published rows of the model's family above ours"
     s, proto, fam = res['settings'], res.get('protocol', 'mapg'), _family(res)

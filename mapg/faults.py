@@ -8,7 +8,9 @@ import csv, dataclasses, difflib, errno, fcntl, gzip, io, json, math, os, re, sh
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable
 import yaml
+if TYPE_CHECKING: import torch
 
 # %% auto #0
 __all__ = ['EXIT_CODES', 'MARKER', 'ConfigError', 'CheckpointError', 'SaveError', 'RunLocked', 'NonFiniteError', 'tmp_dir',
@@ -19,7 +21,7 @@ __all__ = ['EXIT_CODES', 'MARKER', 'ConfigError', 'CheckpointError', 'SaveError'
 # %% ../nbs/11a_faults.ipynb #07a0930f
 class ConfigError(ValueError):
     "A bad input: `str` is `FIELD: reason`, plus ` (in FILE)` when the value came from a file"
-    def __init__(self, field:str, reason:str, file=None):
+    def __init__(self, field:str, reason:str, file:str|Path|None=None):
         self.field, self.reason, self.file = field, reason, None if file is None else str(file)
         super().__init__(f"{field}: {reason}" + (f" (in {self.file})" if self.file else ''))
     def __reduce__(self): return (ConfigError, (self.field, self.reason, self.file))
@@ -43,6 +45,7 @@ class NonFiniteError(RuntimeError):
 
 EXIT_CODES = {ConfigError: 2, CheckpointError: 2, RunLocked: 2, SaveError: 1, NonFiniteError: 1}
 
+# %% ../nbs/11a_faults.ipynb #be174245
 def _warn(msg:str, warn=None):
     "One warning line on stderr (or to `warn`)"
     if warn: warn(msg)
@@ -50,13 +53,17 @@ def _warn(msg:str, warn=None):
 
 # %% ../nbs/11a_faults.ipynb #0d27f184
 MARKER = 'COMPLETE'                 # the manifest a finished checkpoint folder holds
+
+# %% ../nbs/11a_faults.ipynb #c27abb7b
 _STEP = re.compile(r'checkpoint-(\d+)')
 
-def tmp_dir(final)->Path:
+# %% ../nbs/11a_faults.ipynb #a9352f53
+def tmp_dir(final:str|Path)->Path:
     "The temporary folder `checkpoint-N.tmp` every rank writes checkpoint `final` into"
     final = Path(final)
     return final.with_name(final.name + '.tmp')
 
+# %% ../nbs/11a_faults.ipynb #cd97685c
 def _fsync(p:Path, folder:bool=False):
     fd = os.open(p, os.O_RDONLY | (os.O_DIRECTORY if folder else 0))
     try: os.fsync(fd)
@@ -94,7 +101,8 @@ def _replace(tmp:Path, final:Path):
     if old.exists(): shutil.rmtree(old)
     os.rename(final, old); os.rename(tmp, final); shutil.rmtree(old)
 
-def finalize(tmp, final, checksum:str|None='sample')->Path:
+# %% ../nbs/11a_faults.ipynb #4c24b58a
+def finalize(tmp:str|Path, final:str|Path, checksum:str|None='sample')->Path:
     "Fsync every file of `tmp`, write and fsync the `COMPLETE` manifest, rename `tmp` to `final` (the main rank, after every rank wrote)"
     tmp, final = Path(tmp), Path(final)
     files, folders = {}, [tmp]
@@ -119,14 +127,16 @@ def _manifest(d:Path)->dict|None:
     except (OSError, ValueError): return None
     return m if isinstance(m, dict) and isinstance(m.get('files'), dict) else None
 
-def is_complete(d)->bool:
+# %% ../nbs/11a_faults.ipynb #c7476034
+def is_complete(d:str|Path)->bool:
     "Whether folder `d` holds a readable `COMPLETE` manifest (its save finished)"
     return Path(d).is_dir() and _manifest(Path(d)) is not None
 
 # %% ../nbs/11a_faults.ipynb #5466b862
 def _damaged(d:Path, reason:str): e = CheckpointError(f"{d}: {reason}"); e.reason = reason; return e
 
-def verify(d, checksum:bool=True)->Path:
+# %% ../nbs/11a_faults.ipynb #baed418b
+def verify(d:str|Path, checksum:bool=True)->Path:
     "Check every file the manifest of checkpoint `d` lists: present, of its size (and CRC-32); raise one line naming the first bad one"
     d = Path(d)
     if not d.is_dir(): raise _damaged(d, "no such checkpoint folder")
@@ -141,7 +151,7 @@ def verify(d, checksum:bool=True)->Path:
     return d
 
 # %% ../nbs/11a_faults.ipynb #d1e6f706
-def latest_checkpoint(out, warn=None, checksum:bool=True)->Path|None:
+def latest_checkpoint(out:str|Path, warn:Callable[[str], object]|None=None, checksum:bool=True)->Path|None:
     "The newest complete, undamaged `checkpoint-<int>` folder in `out` (None if none); the others are named in one warning line"
     out = Path(out)
     if not out.is_dir(): return None
@@ -158,7 +168,7 @@ def latest_checkpoint(out, warn=None, checksum:bool=True)->Path|None:
     return found
 
 # %% ../nbs/11a_faults.ipynb #dd3ae0d7
-def prune(out, keep:int|None)->list:
+def prune(out:str|Path, keep:int|None)->list:
     "Delete complete checkpoints older than the newest `keep` that verify (never the newest); returns the deleted folders"
     out = Path(out)
     if not keep or not out.is_dir(): return []
@@ -173,6 +183,7 @@ def prune(out, keep:int|None)->list:
         shutil.rmtree(p)
     return gone
 
+# %% ../nbs/11a_faults.ipynb #4ed2a172
 def _ok(p:Path)->bool:
     try: return bool(verify(p, checksum=False))
     except CheckpointError: return False
@@ -201,8 +212,10 @@ def _save_failed(final:Path, tmp:Path, main:bool, err):
     keep = f"the previous checkpoint {prev} is intact" if prev else "there is no earlier checkpoint"
     raise SaveError(f"{why} while saving {final.name} to {final.parent}; {keep}") from err
 
+# %% ../nbs/11a_faults.ipynb #c780be99
 @contextmanager
-def saving(final, main:bool=True, barrier=None, agree=None, checksum:str|None='sample'):
+def saving(final:str|Path, main:bool=True, barrier:Callable[[], object]|None=None,
+           agree:Callable[[bool], bool]|None=None, checksum:str|None='sample'):
     "Write checkpoint `final` atomically: yields `checkpoint-N.tmp` for every rank to write into, then `finalize` on the main rank"
     final = Path(final); tmp, err = tmp_dir(final), None
     def agreed(ok:bool)->bool:
@@ -244,7 +257,8 @@ def _alive(pid, start:int|None=None)->bool:
 # %% ../nbs/11a_faults.ipynb #e3ff84df
 class RunLock:
     "Hold `out_dir/run.lock` (an exclusive `flock` plus a record of the holder) for the run's life; a second live run is refused"
-    def __init__(self, out_dir, command:str|None=None, name:str='run.lock', warn=None):
+    def __init__(self, out_dir:str|Path, command:str|None=None, name:str='run.lock',
+                 warn:Callable[[str], object]|None=None):
         self.path, self.warn, self.fd = Path(out_dir)/name, warn, None
         self.command = command if command is not None else ' '.join([Path(sys.argv[0]).name, *sys.argv[1:]])
 
@@ -290,7 +304,8 @@ class RunLock:
 # %% ../nbs/11a_faults.ipynb #f2723b37
 class Preemption:
     "SIGTERM/SIGINT set `requested` (the trainer saves at its next safe point); a second signal after `grace` seconds exits at once"
-    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), grace:float=1., quiet:bool=False):
+    def __init__(self, signals:Iterable[signal.Signals|int]=(signal.SIGTERM, signal.SIGINT),
+                 grace:float=1., quiet:bool=False):
         self.signals, self.grace, self.quiet = tuple(signals), grace, quiet
         self.requested, self.signum, self.t, self._old = False, None, None, {}
 
@@ -318,9 +333,9 @@ class Preemption:
         self._old = {}
 
 # %% ../nbs/11a_faults.ipynb #8fa5d381
-def finite_or_zero(x,              # (B,) rewards (a tensor or a list of numbers)
-                   fill:float=0.   # what a non-finite entry becomes
-                  )->tuple:        # (cleaned tensor, number replaced, {index: 'nan' | '+inf' | '-inf'})
+def finite_or_zero(x:'torch.Tensor|list', # (B,) rewards (a tensor or a list of numbers)
+                   fill:float=0.         # what a non-finite entry becomes
+                  )->tuple:              # (cleaned tensor, number replaced, {index: 'nan' | '+inf' | '-inf'})
     "Replace the non-finite entries of `x` by `fill`, saying which were replaced and why"
     import torch
     x = x if torch.is_tensor(x) else torch.tensor(x, dtype=torch.float32)
@@ -334,6 +349,7 @@ def _finite(v)->bool:
     if hasattr(v, 'isfinite'): return bool(v.isfinite().all())
     return math.isfinite(float(v))
 
+# %% ../nbs/11a_faults.ipynb #a7bb4739
 class StepGuard:
     "Whether an optimizer step may be taken (every value finite); stops the run after `max_skips` consecutive skips"
     def __init__(self, max_skips:int=10):
@@ -375,7 +391,8 @@ def _where(text:str, pos:int)->str:
 
 def _tname(v)->str: return {list: 'list', dict: 'mapping', str: 'text', type(None): 'null'}.get(type(v), type(v).__name__)
 
-def read_yaml(path)->dict:
+# %% ../nbs/11a_faults.ipynb #99ba3c0d
+def read_yaml(path:str|Path)->dict:
     "The `field: value` pairs of YAML file `path` ({} if empty); every problem is one `ConfigError` naming the file, line and column"
     p = Path(path)
     def err(reason, field='--config'): return ConfigError(field, reason, p)
@@ -437,11 +454,12 @@ def _check(name:str, v, kinds:set, file=None, finite:bool=True):
     if isinstance(v, (int, float)) and 'str' in kinds: raise bad(f"must be {want}, got the number {v!r} (quote it)")
     raise bad()
 
-def check_types(values:dict,        # field: value pairs, as read_yaml returns them
-                types,              # a dataclass, or several, whose fields are the known ones
-                file=None,          # where the values came from (named in every error)
-                finite:bool=True    # refuse nan and inf in float fields
-               )->dict:             # the values, converted to their fields' types
+# %% ../nbs/11a_faults.ipynb #330b4376
+def check_types(values:dict,             # field: value pairs, as read_yaml returns them
+                types:type|tuple|list,   # a dataclass, or several, whose fields are the known ones
+                file:str|Path|None=None, # where the values came from (named in every error)
+                finite:bool=True         # refuse nan and inf in float fields
+               )->dict:                  # the values, converted to their fields' types
     "Check every value against its dataclass field's annotation, as the command line would; one `ConfigError` for the first bad one"
     types = types if isinstance(types, (tuple, list)) else (types,)
     known = {f.name: _kinds(f.type) for t in types for f in dataclasses.fields(t)}
@@ -458,6 +476,7 @@ _ABSENT = '<absent>'
 
 def _plain(d:dict)->dict: return json.loads(json.dumps(d, default=str))   # as config.json holds it: tuples are lists
 
+# %% ../nbs/11a_faults.ipynb #37a73600
 def config_changes(old:dict,          # the checkpoint's resolved config
                    new:dict,          # this run's resolved config
                    may_change:set     # the fields that may differ on resume
@@ -481,7 +500,8 @@ def versions_warning(old:dict|None, new:dict|None, where:str='the checkpoint')->
     return f"package versions differ from {where}'s: {', '.join(d)}; resuming anyway" if d else None
 
 # %% ../nbs/11a_faults.ipynb #1b1860e6
-def check_resume(old:dict, new:dict, may_change:set, where:str='the checkpoint', warn=None)->dict:
+def check_resume(old:dict, new:dict, may_change:set, where:str='the checkpoint',
+                 warn:Callable[[str], object]|None=None)->dict:
     "Refuse (one `ConfigError`) a resume that changes any field outside `may_change`; warn once on other package versions; returns the allowed changes"
     allowed, refused = config_changes(old, new, may_change)
     if refused:
@@ -524,8 +544,9 @@ def _rows(p:Path, kind:str, err):
             except UnicodeDecodeError: raise err(f"line {rd.line_num + 1}: invalid UTF-8") from None
             except csv.Error as e: raise err(f"line {rd.line_num}: {e}") from None
 
-def check_records_file(path,                       # a .jsonl, .json or .csv file, optionally .gz
-                       required=(),                # the columns every record must have
+# %% ../nbs/11a_faults.ipynb #e17af022
+def check_records_file(path:str|Path,              # a .jsonl, .json or .csv file, optionally .gz
+                       required:Iterable[str]=(),  # the columns every record must have
                        field:str='data_source'     # the config field that named the file
                       )->int:                      # the number of records
     "Open data file `path`, parse every record and check it has the `required` columns; one `ConfigError` naming the file and line"
@@ -547,6 +568,7 @@ def check_records_file(path,                       # a .jsonl, .json or .csv fil
 # %% ../nbs/11a_faults.ipynb #bfe81aea
 _phase = dict(compute=False)
 
+# %% ../nbs/11a_faults.ipynb #cba5a523
 def compute_begins():
     "Mark that checks are over: from here `cli_main` shows a bare `ValueError` or `FileNotFoundError` with its traceback"
     _phase['compute'] = True
@@ -557,7 +579,8 @@ def _exit_code(e:BaseException)->int|None:
         if isinstance(e, t): return c
     return 2 if isinstance(e, (ValueError, FileNotFoundError)) and not _phase['compute'] else None
 
-def cli_main(fn, args:list|None=None):
+# %% ../nbs/11a_faults.ipynb #06e2acb2
+def cli_main(fn:Callable[[list], object], args:list|None=None):
     "Run entry point `fn(args)`; user errors print `error: FIELD: reason` (one line) and exit 2 (or 1); `--debug` or MAPG_DEBUG=1 keeps the traceback"
     argv = args is None
     args = list(sys.argv[1:] if argv else args)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast, inspect, logging, re, threading, warnings
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
+from typing import Callable, Iterable
 from .rewards_math import math_equal
 from .sandbox import SandboxCfg, judge_program
 
@@ -55,6 +56,7 @@ def code_blocks(text:str)->list:
         i = end + 3
     return out
 
+# %% ../nbs/10_rewards.ipynb #dd390ee4
 _LANG = re.compile(r'[ \t]*([\w+-]*)')     # anchored, one pass over the opening line
 
 # %% ../nbs/10_rewards.ipynb #8cc3233b
@@ -65,12 +67,16 @@ def python_block(text:str)->str|None:
 # %% ../nbs/10_rewards.ipynb #8b181fea
 _NUM = r'[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-−]?\.\d+'
 _NUM_RE, _NUMS_RE = re.compile(_NUM), re.compile(rf'(?<![\d.,])(?:{_NUM})(?![\d])')
+
+# %% ../nbs/10_rewards.ipynb #4b657be9
 MAX_NUMBER_CHARS = 100   # a longer number is no answer to these tasks: None (and `int` would refuse past 4300 digits)
 
+# %% ../nbs/10_rewards.ipynb #6f47e184
 def _number(s:str)->Fraction|None:
     "The value of a string that matched `_NUM`, None when it is too long"
     return Fraction(s.replace(',', '').replace('−', '-')) if len(s) <= MAX_NUMBER_CHARS else None
 
+# %% ../nbs/10_rewards.ipynb #7479f714
 def parse_number(s:str)->Fraction|None:
     "Exact value of `s` if it is one number (commas, `$`, `\\boxed{}`, trailing `.`, negatives allowed), else None"
     if not isinstance(s, str): return None
@@ -104,6 +110,7 @@ def _skip_ws(text:str, i:int)->int:
     while i < len(text) and text[i].isspace(): i += 1
     return i
 
+# %% ../nbs/10_rewards.ipynb #d7308ce1
 def soft_format(text:str)->bool:
     "`<reasoning>…</reasoning>` then `<answer>…</answer>` (anything inside, whitespace around), from the start of `text`"
     i = _skip_ws(text, 0)
@@ -127,7 +134,7 @@ def strict_format(text:str)->bool:
     return not any(tag in bodies for tag in _GSM_TAGS)
 
 # %% ../nbs/10_rewards.ipynb #7557097f
-def xml_tags_placed(text:str, tags=_GSM_TAGS)->int:
+def xml_tags_placed(text:str, tags:tuple|list=_GSM_TAGS)->int:
     "How many of `tags` occur exactly once, alone on their line, in order with respect to the other tags that occur once"
     pos = {}
     for t in tags:
@@ -145,10 +152,12 @@ MAX_CHARS = dict(gsm8k=20_000, math=20_000, code=50_000, sudoku=20_000, countdow
 PARTS = dict(gsm8k=('xml', 'soft_format', 'strict_format', 'integer', 'correct'), math=('format', 'correct'),
              code=('format', 'execution'), sudoku=('cells', 'solved'), countdown=('format', 'correct'))
 
+# %% ../nbs/10_rewards.ipynb #067ed4af
 def _zeros(task:str)->dict:
     "The reward dict of a sample that scores nothing"
     return dict(total=0., **{k: 0. for k in PARTS[task]})
 
+# %% ../nbs/10_rewards.ipynb #ee5499f7
 def gsm8k_reward(completion:str, # model output
                  answer:str      # gold answer: a number ("1,000") or a full GSM8K solution ending in "#### 1,000"
                 )->dict:         # total (max 4.0) and parts xml, soft_format, strict_format, integer, correct
@@ -164,6 +173,7 @@ def gsm8k_reward(completion:str, # model output
                   strict_format=0.5 * strict_format(text), integer=0.5 * (num is not None and num.denominator == 1),
                   correct=2.0 * (pred is not None and pred == gold))
 
+# %% ../nbs/10_rewards.ipynb #e33910c7
 def _parts(**parts)->dict:
     "A reward dict: `total` = the sum of the parts, all plain floats"
     parts = {k: float(v) for k, v in parts.items()}
@@ -208,8 +218,10 @@ def math_reward(completion:str, # model output
 # %% ../nbs/10_rewards.ipynb #6395cde3
 UNSAFE_MODULES = ('os', 'sys', 'shutil', 'subprocess', 'socket', 'psutil', 'ctypes', 'pathlib', 'builtins', '__import__')
 
+# %% ../nbs/10_rewards.ipynb #a6a56935
 _PARSE_LOCK = threading.Lock()
 
+# %% ../nbs/10_rewards.ipynb #f94376bc
 def parse_code(code:str)->ast.Module|None:
     "The syntax tree of `code`, or None if it does not parse (its warnings, e.g. bad escapes, are not shown)"
     with _PARSE_LOCK, warnings.catch_warnings():   # the lock: `catch_warnings` edits global state
@@ -218,7 +230,7 @@ def parse_code(code:str)->ast.Module|None:
         except Exception: return None
 
 # %% ../nbs/10_rewards.ipynb #d261141b
-def unsafe_names(code:str|ast.AST, blocked=UNSAFE_MODULES)->list:
+def unsafe_names(code:str|ast.AST, blocked:Iterable[str]=UNSAFE_MODULES)->list:
     "Blocked modules or names that `code` (source or its tree) imports or mentions (sorted); `code` must parse"
     blocked = set(blocked)
     if not blocked: return []
@@ -238,7 +250,7 @@ def unsafe_names(code:str|ast.AST, blocked=UNSAFE_MODULES)->list:
     return sorted(found)
 
 # %% ../nbs/10_rewards.ipynb #4fcf7459
-def code_tests(tests, entry_point:str|None=None)->list:
+def code_tests(tests:str|list|tuple, entry_point:str|None=None)->list:
     "The test cases of a code problem: a list of snippets as is, or one HumanEval `check` program run on `entry_point`"
     if isinstance(tests, str):
         if not tests.strip(): raise ValueError("code tests: `tests` is an empty program")
@@ -250,11 +262,11 @@ def code_tests(tests, entry_point:str|None=None)->list:
 
 # %% ../nbs/10_rewards.ipynb #f0a9fcf7
 def code_reward(completion:str,        # model output (the code is its first Python fence)
-                tests,                 # list of test snippets, or a HumanEval test program (with `entry_point`)
+                tests:str|list|tuple,  # list of test snippets, or a HumanEval test program (with `entry_point`)
                 entry_point:str|None=None, # HumanEval: the function `check` is called on
-                test_imports=(),       # import lines run before the code (sandbox) and before the tests (judge)
+                test_imports:str|list|tuple=(), # import lines run before the code (sandbox) and before the tests (judge)
                 timeout:float=10.,     # wall-clock seconds for the program and all its tests
-                blocked=UNSAFE_MODULES,# modules/names that make execution 0
+                blocked:Iterable[str]=UNSAFE_MODULES, # modules/names that make execution 0
                 cfg:SandboxCfg|None=None, # full sandbox limits (overrides `timeout`)
                 helpers:str|None=None  # trusted code the tests use (HumanEval: the prompt), never the program's version
                )->dict:                # total (max 2.0) and parts format, execution
@@ -278,6 +290,7 @@ def _grid(s, name:str, blanks:bool)->str:
         raise ValueError(f"sudoku: `{name}` must be 16 digits {'0-4' if blanks else '1-4'}, got {s!r}")
     return s
 
+# %% ../nbs/10_rewards.ipynb #a0c5f00e
 def sudoku_solved(grid:str, puzzle:str)->bool:
     "Whether the 16-digit `grid` is a valid 4x4 Sudoku that keeps the clues of `puzzle`"
     if not re.fullmatch(r'[1-4]{16}', grid) or any(p != '0' and p != g for p, g in zip(puzzle, grid)): return False
@@ -305,6 +318,7 @@ def sudoku_reward(completion:str, # model output (the grid is the digits inside 
 # %% ../nbs/10_rewards.ipynb #71c937fb
 _OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
 
+# %% ../nbs/10_rewards.ipynb #f310dbfb
 def eval_arith(expr:str, max_len:int=200):
     "Parse `expr` with an arithmetic whitelist -> `(value or None on division by zero, literals used)`; None if not allowed"
     if not isinstance(expr, str) or not expr.strip() or len(expr) > max_len: return None
@@ -329,8 +343,8 @@ def eval_arith(expr:str, max_len:int=200):
 
 # %% ../nbs/10_rewards.ipynb #e1a9444e
 def countdown_reward(completion:str, # model output (the expression is inside its last answer tag)
-                     numbers,        # the numbers to use, each once: [a, b, c] or "a,b,c"
-                     target          # the value to reach (int)
+                     numbers:list|tuple|str, # the numbers to use, each once: [a, b, c] or "a,b,c"
+                     target:int|str  # the value to reach (int)
                     )->dict:         # total (1.0 / 0.1 / 0) and parts format, correct
     "Countdown reward: 1.0 for a correct expression using each number once, 0.1 for a well-formed wrong one, else 0"
     nums, tgt = _ints(numbers, 'numbers'), _ints([target], 'target')[0]
@@ -343,6 +357,7 @@ def countdown_reward(completion:str, # model output (the expression is inside it
     ok = v is not None and v == tgt and all(type(u) is int for u in used) and sorted(used) == sorted(nums)
     return _parts(format=0.1, correct=0.9 * ok)
 
+# %% ../nbs/10_rewards.ipynb #7f7039b6
 def _ints(xs, name:str)->list:
     "A list of ints from a list or a comma-separated string; ValueError naming `name` otherwise"
     if isinstance(xs, str): xs = xs.split(',')
@@ -353,16 +368,19 @@ def _ints(xs, name:str)->list:
 
 # %% ../nbs/10_rewards.ipynb #fbdf901b
 REWARDS = dict(gsm8k=gsm8k_reward, math=math_reward, code=code_reward, sudoku=sudoku_reward, countdown=countdown_reward)
+
+# %% ../nbs/10_rewards.ipynb #3ee5418b
 _log = logging.getLogger(__name__)
 
+# %% ../nbs/10_rewards.ipynb #25883d24
 def get_reward(task:str):
     "The reward function of `task` (a key of `REWARDS`)"
     if task not in REWARDS: raise ValueError(f"unknown task {task!r}: choose one of {sorted(REWARDS)}")
     return REWARDS[task]
 
 # %% ../nbs/10_rewards.ipynb #dd3f8532
-def score_batch(reward,        # task name or reward function
-                completions,   # list of completion strings (or TRL message lists)
+def score_batch(reward:str|Callable[..., dict], # task name or reward function
+                completions:list, # list of completion strings (or TRL message lists)
                 workers:int=1, # samples scored at once (threads)
                 **columns      # gold columns, one list per reward parameter (extra columns ignored)
                )->list:        # reward dict per completion (a failed sample: zeros and a `reason`)
@@ -392,7 +410,7 @@ def score_batch(reward,        # task name or reward function
     with ThreadPoolExecutor(min(workers, n)) as ex: return list(ex.map(one, range(n)))
 
 # %% ../nbs/10_rewards.ipynb #8edc45ef
-def batch_reward(reward, part:str='total', workers:int=1):
+def batch_reward(reward:str|Callable[..., dict], part:str='total', workers:int=1):
     "A TRL-style reward function `(completions, **columns) -> list[float]` giving `part` of `reward`"
     fn = get_reward(reward) if isinstance(reward, str) else reward
     def f(completions, **columns): return [r.get(part, 0.) for r in score_batch(fn, completions, workers=workers, **columns)]

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from itertools import permutations, product
 import torch
 from torch import Tensor
+from typing import TYPE_CHECKING
 from fastcore.basics import patch
 from .core import make_gen, eval_mode
 from .policy import GenSettings, propose, unmask_scores, pick_positions, segment_bounds, segment_terms
+if TYPE_CHECKING: from mapg.models import MDLM
 
 # %% auto #0
 __all__ = ['Rollout', 'generate', 'rollout_keys', 'enumerate_trajectories']
@@ -147,7 +149,7 @@ class _Sampler:
                        self.n_segments, c(self.old_token), c(self.old_pos), tuple(self.model.eos_ids))
 
 # %% ../nbs/05_sampler.ipynb #3becf2b0
-def generate(model,                               # an MDLM adapter (mask_id, forward_kwargs, forward)
+def generate(model:'MDLM',                        # an MDLM adapter (mask_id, forward_kwargs, forward)
              prompt_ids:Tensor,                   # [B, P] int64 prompts, left-padded
              attention_mask:Tensor|None=None,     # [B, P] 1 at real tokens, 0 at left padding (None: no padding)
              *,
@@ -174,6 +176,7 @@ def generate(model,                               # an MDLM adapter (mask_id, fo
         for t in _progress(range(1, cfg.steps + 1), progress): s.step(t, s.forward())
     return s.rollout()
 
+# %% ../nbs/05_sampler.ipynb #7003b5e8
 def _progress(it, show:bool):
     if not show: return it
     from tqdm.auto import tqdm
@@ -235,7 +238,8 @@ def _ordered_picks(cands:list, v:dict, k:int, remasking:str, tau:float):
             left.remove(u)
         yield U, lp
 
-def enumerate_trajectories(model,                  # an MDLM adapter
+# %% ../nbs/05_sampler.ipynb #2d893ad5
+def enumerate_trajectories(model:'MDLM',           # an MDLM adapter
                            prompt_ids:Tensor,      # [P] int64 one prompt
                            max_trajectories:int=200_000, # refuse canvases with more trajectories than this
                            **kwargs                # `generate`'s settings (`GenSettings` fields)

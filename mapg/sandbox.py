@@ -9,6 +9,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Iterable
 
 # %% auto #0
 __all__ = ['SandboxCfg', 'SandboxError', 'RunResult', 'run_program', 'judge_program', 'run_many']
@@ -960,8 +961,8 @@ def _run(code, tests, imports, cfg, judged, helpers=None, entry_point=None)->Run
 
 # %% ../nbs/08_sandbox.ipynb #954fe679
 def run_program(code:str,             # the program (model output), run as module `solution`
-                tests=(),             # snippets run in the sandbox after the program, each in a copy of its namespace
-                imports=(),           # snippets run before the program, in its namespace (e.g. `import math`)
+                tests:list|tuple=(),  # snippets run in the sandbox after the program, each in a copy of its namespace
+                imports:list|tuple=(), # snippets run before the program, in its namespace (e.g. `import math`)
                 cfg:SandboxCfg|None=None # limits (default SandboxCfg())
                )->RunResult:
     "Run untrusted `code` and the snippets `tests` *inside* the sandbox (the program can see and forge them: not for scoring)"
@@ -969,8 +970,8 @@ def run_program(code:str,             # the program (model output), run as modul
 
 # %% ../nbs/08_sandbox.ipynb #5f4c6711
 def judge_program(code:str,           # the program (model output), run in the sandbox as module `solution`
-                  tests=(),           # the dataset's test cases: Python run by the judge, outside the sandbox
-                  imports=(),         # import lines run before the program (in the sandbox) and before the tests (judge)
+                  tests:list|tuple=(), # the dataset's test cases: Python run by the judge, outside the sandbox
+                  imports:list|tuple=(), # import lines run before the program (in the sandbox) and before the tests (judge)
                   helpers:str|None=None, # trusted code the tests use (HumanEval's prompt): the program cannot replace it
                   entry_point:str|None=None, # the function under test (it may shadow a built-in name)
                   cfg:SandboxCfg|None=None # limits (default SandboxCfg())
@@ -979,7 +980,7 @@ def judge_program(code:str,           # the program (model output), run in the s
     return _run(code, tests, imports, cfg, judged=True, helpers=helpers, entry_point=entry_point)
 
 # %% ../nbs/08_sandbox.ipynb #03ed6f85
-def run_many(jobs,                    # iterable of dicts: judge_program (or run_program) arguments, `code` required
+def run_many(jobs:Iterable[dict],     # iterable of dicts: judge_program (or run_program) arguments, `code` required
              cfg:SandboxCfg|None=None,# limits for every run
              workers:int|None=None,   # programs running at once (None: the number of CPUs)
              judged:bool=False        # score with judge_program (tests outside the sandbox) instead of run_program
