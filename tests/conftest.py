@@ -21,3 +21,10 @@ def pytest_collection_modifyitems(config, items):
         if name == 'test_recipes': name += '-dream' if 'dream' in item.name else '-llada'   # the longest file, in two halves
         if name in SANDBOX: name = 'sandbox'      # hostile programs (fork bombs, memory hogs) never beside the gold checks
         item.add_marker(pytest.mark.xdist_group(name))
+
+def free_port()->int:
+    "A TCP port free on this machine now, for a distributed launch's rendezvous (fixed ports collide between workers)"
+    import socket
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]

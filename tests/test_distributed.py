@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 
 pytest.importorskip('deepspeed', reason='DeepSpeed is a dev dependency (pip install -e ".[dev]")')
 from mapg.train import parse_cfg, train
+from conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 ACC = ROOT/'configs'/'accelerate'
@@ -45,10 +46,10 @@ def strip(r:dict): return {k: v for k, v in r.items() if not k.endswith('_s')}
 def runs(rec):
     "DDP and ZeRO-2 over 3 steps (8-GPU configs, shrunk), each resumed from step 1 (inside a cycle) with the CPU configs"
     d = rec
-    p = launch(d, '8gpu_zero2.yaml', 'zero2', port=29531)
-    launch(d, '8gpu_ddp.yaml', 'ddp', port=29532)
-    launch(d, 'cpu.yaml', 'ddp_resumed', '--resume_from_checkpoint', str(d/'ddp'/'checkpoint-1'), port=29533)
-    launch(d, 'cpu_zero2.yaml', 'zero2_resumed', '--resume_from_checkpoint', str(d/'zero2'/'checkpoint-1'), port=29534)
+    p = launch(d, '8gpu_zero2.yaml', 'zero2', port=free_port())
+    launch(d, '8gpu_ddp.yaml', 'ddp', port=free_port())
+    launch(d, 'cpu.yaml', 'ddp_resumed', '--resume_from_checkpoint', str(d/'ddp'/'checkpoint-1'), port=free_port())
+    launch(d, 'cpu_zero2.yaml', 'zero2_resumed', '--resume_from_checkpoint', str(d/'zero2'/'checkpoint-1'), port=free_port())
     return d, p
 
 def test_deepspeed_engaged(runs):
@@ -99,7 +100,7 @@ def test_readme_8gpu_command_shrunk(tmp_path):
     readme = (ROOT/'README.md').read_text()
     assert 'accelerate launch --config_file configs/accelerate/8gpu_zero2.yaml scripts/train.py --config configs/llada_gsm8k.yaml' in readme
     cmd = [sys.executable, '-m', 'accelerate.commands.launch', '--config_file', 'configs/accelerate/8gpu_zero2.yaml',
-           *SHRINK_8GPU, '--main_process_port', '29535', 'scripts/train.py', '--config', 'configs/llada_gsm8k.yaml',
+           *SHRINK_8GPU, '--main_process_port', str(free_port()), 'scripts/train.py', '--config', 'configs/llada_gsm8k.yaml',
            '--model', str(model), *SHRINK, '--per_device_batch', '1', '--max_steps', '2', '--output_dir', str(tmp_path/'run')]
     p = subprocess.run(cmd, env={**os.environ, 'OMP_NUM_THREADS': '1'}, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]

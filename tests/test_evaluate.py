@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest, torch
 import mapg.evaluate as ev
 from mapg.evaluate import EvalArgs, evaluate, read_items, PUBLISHED, PAPER_TASKS, PREFILL
+from conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ['gsm8k', 'math', 'humaneval', 'mbpp', 'sudoku', 'countdown']
@@ -104,7 +105,7 @@ def test_run_saved_before_protocols_is_mapg(run, tmp_path):
 def test_two_processes_same_as_one(run, tmp_path):
     out, res = run
     tasks = ['gsm8k', 'sudoku']
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', '29531',
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', str(free_port()),
            str(ROOT/'scripts'/'eval.py'), *CLI, '--tasks', *tasks, '--output_dir', str(tmp_path/'two')]
     p = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]

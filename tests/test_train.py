@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest, torch
 from mapg.models import MDLM
 from mapg.train import parse_cfg, train
+from conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ['--config', str(ROOT/'configs'/'toy_sudoku.yaml'), '--toy_hidden', '32', '--toy_layers', '1', '--toy_heads', '2',
@@ -97,7 +98,7 @@ def test_script_help_documents_every_field():
 def test_two_processes_equal_one(tmp_path, cache):
     "Two gloo processes: a group split across them gets the advantages of the whole group; parameters equal a one-process run over the same rollouts; ranks identical"
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MAPG_TEST_OUT': str(tmp_path), 'MAPG_TEST_CACHE': cache}
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', '29517', str(ROOT/'tests'/'dist_train.py')]
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', str(free_port()), str(ROOT/'tests'/'dist_train.py')]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     two = [torch.load(tmp_path/f'params_rank{r}.pt') for r in (0, 1)]
