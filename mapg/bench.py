@@ -9,16 +9,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 import torch
+from torch import Tensor
 from .core import make_gen
-from .sampler import generate
+from .sampler import generate, Rollout
 from .likelihood import stepmerge_log_probs, sample_segments
 from .objectives import gspo_loss
 if TYPE_CHECKING: from mapg.models import MDLM
 
 # %% auto #0
 __all__ = ['FIGURES', 'Figure', 'FiguresTable', 'figures_table', 'clock_for', 'interleaved', 'ratio_figure', 'sampler_overhead',
-           'position_term_overhead', 'stepmerge_batching', 'PassCounter', 'passes_per_cycle', 'code_pool',
-           'stepmerge_micro_batching', 'training_cycle', 'BenchArgs', 'bench_model', 'run_benchmarks', 'bench_cli']
+           'update_backward', 'position_term_overhead', 'stepmerge_batching', 'PassCounter', 'passes_per_cycle',
+           'code_pool', 'stepmerge_micro_batching', 'training_cycle', 'BenchArgs', 'bench_model', 'run_benchmarks',
+           'bench_cli']
 
 # %% ../nbs/14_bench.ipynb #53574301
 @dataclass
@@ -127,6 +129,19 @@ def _rollout(model, batch, prompt_len, n_segments, **gen):
     s = dict(dict(gen_length=256, block_length=32, steps=128), **gen)
     return generate(model, _prompt(model, batch, prompt_len), generator=make_gen(1, model.device), stepmerge_segments=n_segments, **s)
 
+# %% ../nbs/14_bench.ipynb #57eb539d
+def update_backward(model:'MDLM', # the policy (trainable parameters with grad)
+                    r:Rollout,     # a rollout recorded with `stepmerge_segments=n_segments`
+                    n_segments:int, # N
+                    seg:Tensor,    # the K sampled segments per sequence (`sample_segments`)
+                    adv:Tensor,    # [B] advantages
+                    pw:float=1.    # position weight (0: token-only, the position term is not computed)
+                   ):
+    "One update's work as timed here: StepMerge log-probs of the K segments, the GSPO loss, and its backward pass"
+    lt, lp, counted = _terms(stepmerge_log_probs(model, r, n_segments, seg, positions=pw > 0))
+    loss, _ = gspo_loss(lt, r.old_token, lp if pw else None, r.old_pos if pw else None, counted, adv, pos_weight=pw)
+    loss.backward()
+
 # %% ../nbs/14_bench.ipynb #bd1f94eb
 def position_term_overhead(model:'MDLM',      # an MDLM (trainable)
                            batch:int=2,       # sequences
@@ -141,9 +156,7 @@ def position_term_overhead(model:'MDLM',      # an MDLM (trainable)
     seg, adv = sample_segments(r, n_segments, k, make_gen(2, r.ids.device)), torch.randn(batch, generator=make_gen(3)).to(r.ids.device)
     def step(pw:float):
         model.model.zero_grad(set_to_none=True)
-        lt, lp, counted = _terms(stepmerge_log_probs(model, r, n_segments, seg, positions=pw > 0))
-        loss, _ = gspo_loss(lt, r.old_token, lp if pw else None, r.old_pos if pw else None, counted, adv, pos_weight=pw)
-        loss.backward()
+        update_backward(model, r, n_segments, seg, adv, pw)
     ts = interleaved({'with position term': lambda: step(1.), 'token-only': lambda: step(0.)}, repeats, model.device)
     return ratio_figure('position-term overhead (update step)', ts, 'with position term', 'token-only', 1.05,
                         detail=f"B={batch} N={n_segments} K={k} L={r.L} T={r.T}", show_abs=model.device.type == 'cuda')
