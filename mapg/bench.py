@@ -133,7 +133,7 @@ def _rollout(model, batch, prompt_len, n_segments, **gen):
 def update_backward(model:'MDLM', # the policy (trainable parameters with grad)
                     r:Rollout,     # a rollout recorded with `stepmerge_segments=n_segments`
                     n_segments:int, # N
-                    seg:Tensor,    # the K sampled segments per sequence (`sample_segments`)
+                    seg:Tensor,    # the K sampled segments per sequence, from sample_segments
                     adv:Tensor,    # [B] advantages
                     pw:float=1.    # position weight (0: token-only, the position term is not computed)
                    ):
