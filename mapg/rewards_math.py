@@ -76,6 +76,25 @@ def math_number(s:str)->Fraction|None:
     try: return Fraction(s.replace(',', ''))
     except (ValueError, ZeroDivisionError): return None
 
+# %% ../nbs/09_rewards_math.ipynb #d3c1a0a2
+MIN_DECIMALS = 6   # places an approximate answer to an irrational reference must state (the symbolic checker's rounding)
+_DECIMAL = re.compile(r'-?(\d{1,3}(,\d{3})+|\d+)\.\d+')
+
+def _decimal(s:str)->str|None:
+    "`s` as a plain decimal with a fractional part (`-1,234.5678` -> `-1234.5678`), else None"
+    t = strip_math(s)
+    return t.replace(',', '') if _DECIMAL.fullmatch(t) else None
+
+def _within_half_unit(dec:str, value)->bool:
+    "Whether the decimal `dec` equals `value` (a `Fraction`) to every digit it states: within half a unit of its last digit"
+    from fractions import Fraction
+    places = len(dec.partition('.')[2])
+    return abs(Fraction(dec) - value) * 2 * 10 ** places <= 1
+
+def _exact_decimals(s:str)->str:
+    "Every decimal in `s` as an exact fraction (`1.25x` -> `{\\frac{125}{100}}x`), so that no rounding compares it"
+    return re.sub(r'(?<![\d.])(\d*)\.(\d+)(?![\d.])', lambda m: f'{{\\frac{{{int(m[1] + m[2])}}}{{1{"0" * len(m[2])}}}}}', s)
+
 # %% ../nbs/09_rewards_math.ipynb #beda6765
 _log = logging.getLogger(__name__)
 
@@ -92,20 +111,30 @@ def have_math_verify()->bool:
 
 # %% ../nbs/09_rewards_math.ipynb #d1d40292
 def _mv_serve():
-    "Helper side: warm up, then answer `(pred, gold, cpu)` requests on stdin with one byte each (`1` equal, `0` not)"
+    "Helper side: warm up, then answer `(pred, gold, cpu, kind)` requests on stdin with one byte each (`1` equal, `0` not)"
     import logging, os, resource, signal, sys, marshal
+    from fractions import Fraction
     logging.disable(logging.CRITICAL)
-    import math_verify as mv
+    import math_verify as mv, sympy
     class OutOfCPU(BaseException): "Past the request's CPU budget (a BaseException: math-verify's own handlers let it by)"
     def on_prof(*a): raise OutOfCPU()
     signal.signal(signal.SIGPROF, on_prof)
-    def equal(pred, gold, cpu):
+    def decimal_equal(dec, gold):   # `dec` a plain decimal; the exact value of `gold` to far more digits than it states
+        x = next((e for e in mv.parse('\\boxed{' + gold + '}', parsing_timeout=0) if isinstance(e, sympy.Expr)), None)
+        if x is None or x.free_symbols or not x.is_number: return False
+        if not isinstance(x, sympy.Rational): x = sympy.simplify(x)     # a rational in disguise (sqrt(4)) becomes one
+        if isinstance(x, sympy.Rational): return Fraction(dec) == Fraction(int(x.p), int(x.q))   # exact forms stay exact
+        if len(dec.partition('.')[2]) < MIN_DECIMALS: return False
+        v = sympy.N(x, len(dec) + 30)
+        return bool(v.is_Float) and _within_half_unit(dec, Fraction(str(v)))
+    def equal(pred, gold, cpu, kind='sym'):
         r = resource.getrusage(resource.RUSAGE_SELF)
         hard = resource.getrlimit(resource.RLIMIT_CPU)[1]   # backstop: past it the kernel ends the helper (SIGXCPU)
         soft = int(r.ru_utime + r.ru_stime + cpu) + 2
         resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
         signal.setitimer(signal.ITIMER_PROF, cpu)          # CPU seconds of this process: the machine's load does not count
         try:
+            if kind == 'dec': return decimal_equal(pred, gold)
             g = mv.parse('\\boxed{' + gold + '}', parsing_timeout=0)   # 0: no wall-clock alarm of math-verify's own
             p = mv.parse('\\boxed{' + pred + '}', parsing_timeout=0)
             return bool(g and p and mv.verify(g, p, timeout_seconds=None))
@@ -116,8 +145,7 @@ def _mv_serve():
     while True:
         n = sys.stdin.buffer.read(4)
         if len(n) < 4: os._exit(0)
-        pred, gold, cpu = marshal.loads(sys.stdin.buffer.read(int.from_bytes(n, 'big')))
-        os.write(1, b'1' if equal(pred, gold, cpu) else b'0')
+        os.write(1, b'1' if equal(*marshal.loads(sys.stdin.buffer.read(int.from_bytes(n, 'big')))) else b'0')
 
 class _MathWorker:
     "One helper process per trainer process running `math-verify`: any thread may ask; CPU-bounded, with a wall-clock safety net"
@@ -126,7 +154,7 @@ class _MathWorker:
         if hasattr(os, 'register_at_fork'): os.register_at_fork(after_in_child=self._forked)
     def _forked(self): self.p, self.lock = None, threading.Lock()   # a forked process starts its own helper
     def _start(self):
-        src = f'{inspect.getsource(_mv_serve)}\n{_mv_serve.__name__}()\n'
+        src = f'MIN_DECIMALS = {MIN_DECIMALS}\n{inspect.getsource(_within_half_unit)}\n{inspect.getsource(_mv_serve)}\n{_mv_serve.__name__}()\n'
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self.p = subprocess.Popen([sys.executable, '-c', src], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, env=env, start_new_session=True)
@@ -139,12 +167,12 @@ class _MathWorker:
         try: self.p.kill(); self.p.wait()
         except Exception: pass
         self.p = None
-    def equal(self, pred:str, gold:str, timeout:float)->bool:
+    def equal(self, pred:str, gold:str, timeout:float, kind:str='sym')->bool:
         with self.lock:
             if self.dead: return False
             if self.p is None or self.pid != os.getpid() or self.p.poll() is not None: self._start()
             if self.p is None: return False
-            msg = marshal.dumps((pred, gold, 3. * timeout))   # two parses and a comparison: 3 x `timeout` CPU seconds
+            msg = marshal.dumps((pred, gold, 3. * timeout, kind))   # two parses and a comparison: 3 x `timeout` CPU seconds
             try: self.p.stdin.write(len(msg).to_bytes(4, 'big') + msg); self.p.stdin.flush()
             except OSError: self._stop(); return False
             t0 = time.monotonic()
@@ -158,9 +186,9 @@ class _MathWorker:
 
 _WORKER = _MathWorker()
 
-def _mv_equal(pred:str, gold:str, timeout:int)->bool:
-    "Symbolic equality by `math-verify`, in the helper process: the same answer from any thread and under any load"
-    return _mv() and _WORKER.equal(pred, gold, timeout)
+def _mv_equal(pred:str, gold:str, timeout:int, kind:str='sym')->bool:
+    "Equality by `math-verify` (`kind` 'sym': symbolic; 'dec': the decimal `pred` at its precision), in the helper process"
+    return _mv() and _WORKER.equal(pred, gold, timeout, kind)
 
 # %% ../nbs/09_rewards_math.ipynb #74efc954
 def math_equal(pred:str|None,       # the model's answer (content of its last `\boxed{}`), None if it gave none
@@ -168,12 +196,15 @@ def math_equal(pred:str|None,       # the model's answer (content of its last `\
                timeout:float=3,     # CPU seconds for each `math-verify` parse and comparison (3 x in all)
                use_math_verify:bool=True # also try the symbolic check (when installed; it runs in a helper process)
               )->bool:
-    "Whether `pred` is an equivalent answer to `gold` (normal form, exact numbers, then `math-verify`); never raises"
+    "Whether `pred` is an equivalent answer to `gold` (normal form, exact numbers, decimals at their precision, then `math-verify`); never raises"
     if pred is None: return False
     try:
         a, b = strip_math(pred), strip_math(gold)
         if a and a == b: return True
         x, y = math_number(pred), math_number(gold)
         if x is not None and y is not None: return x == y
+        d = _decimal(pred)
+        if not (use_math_verify and pred.strip()): return False
+        if d is not None: return _mv_equal(d, gold, timeout, 'dec')   # the reference's exact value, at the places written
+        return _mv_equal(_exact_decimals(pred), _exact_decimals(gold), timeout)
     except Exception: return False
-    return use_math_verify and bool(pred.strip()) and _mv_equal(pred, gold, timeout)

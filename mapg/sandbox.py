@@ -41,7 +41,7 @@ class SandboxCfg:
 
 # %% ../nbs/08_sandbox.ipynb #c0dec001
 def _sbx_codec():
-    "Both ends of the value protocol: `enc(value, ref, cap) -> str` and `dec(text, ref) -> value`, exact built-in types only"
+    "Both ends of the value protocol: `enc(value, ref, cap) -> str` and `dec(text, ref, budget) -> value`, exact built-in types only"
     import os, sys
     SEQ = {list: 'l', tuple: 't', set: 'S', frozenset: 'R'}
     def std(t):   # 'd' / 'l' for the standard library's Counter, OrderedDict, defaultdict / deque (loaded if returned)
@@ -82,8 +82,13 @@ def _sbx_codec():
             else: put(f'h{ref(v)};')    # raises TypeError where the value may not cross
         go(v, 0)
         return ''.join(out)
-    def dec(s, ref):
-        i = 0
+    def dec(s, ref, budget=None):   # budget: bytes the decoded objects may take (None: unbounded, trusted text)
+        i, used = 0, 0
+        def spend(n):
+            nonlocal used
+            used += n
+            if budget is not None and used > budget: raise ValueError(f'value decodes to more than {budget} bytes')
+        def made(x): spend(sys.getsizeof(x)); return x
         def num(end=';'):
             nonlocal i
             j = s.index(end, i, i + 64)
@@ -98,25 +103,27 @@ def _sbx_codec():
             if c == 'F': return False
             if c == 'i':
                 j = s.index(';', i); x = int(s[i:j], 16); i = j + 1
-                return x
-            if c == 'f': return float(num())
-            if c == 'c': return complex(float(num()), float(num()))
+                return made(x)
+            if c == 'f': return made(float(num()))
+            if c == 'c': return made(complex(float(num()), float(num())))
             if c in 'sb':
                 k = int(num(':'))
                 if k < 0 or i + k > len(s): raise ValueError('truncated string')
                 x = s[i:i + k]; i += k
-                return x if c == 's' else x.encode('latin-1')
+                return made(x if c == 's' else x.encode('latin-1'))
             if c in MAKE:
                 k = int(num())
                 if k < 0 or k > len(s): raise ValueError('bad length')
-                return MAKE[c]([go(depth + 1) for _ in range(k)])
+                spend(64 + (8 if c in 'lt' else 64) * k)    # the container, before its items are built, and after
+                return made(MAKE[c]([go(depth + 1) for _ in range(k)]))
             if c == 'd':
                 k = int(num())
                 if k < 0 or k > len(s): raise ValueError('bad length')
+                spend(64 + 104 * k)
                 d = {}
                 for _ in range(k):
                     key = go(depth + 1); d[key] = go(depth + 1)
-                return d
+                return made(d)
             if c == 'h': return ref(int(num()))
             raise ValueError(f'unknown tag {c!r}')
         v = go(0)
@@ -241,22 +248,27 @@ def _sbx_seccomp(libc):
     "Child side, last step: a seccomp filter that denies the calls a scoring program never needs; True if installed"
     import ctypes, os, struct
     arch = os.uname().machine
-    # (AUDIT_ARCH, clone, clone3, fcntl, denied calls) from the kernel's syscall tables
+    # (AUDIT_ARCH, clone, fcntl, denied calls) and the calls inspected or answered otherwise, from the kernel's syscall tables
     if arch == 'x86_64':
         aa, clone, fcntl, deny = 0xC000003E, 56, 72, [101, 310, 311, 250, 248, 249, 73, 319, 447, 253, 294, 300, 240, 323,
             321, 298, 425, 426, 427, 272, 308, 165, 166, 155, 161, 246, 320, 175, 313, 176, 312, 303, 304, 438, 428, 429,
-            430, 431, 432, 433, 442, 167, 168, 169, 163, 179, 103, 212]
+            430, 431, 432, 433, 442, 167, 168, 169, 163, 179, 103, 212, 221, 27, 451, 187, 440]
+        more = dict(socket=[41, 53], madvise=[28], nosys=[327, 328], notsup=[285])
     elif arch == 'aarch64':
         aa, clone, fcntl, deny = 0xC00000B7, 220, 25, [117, 270, 271, 219, 217, 218, 32, 279, 447, 26, 262, 180, 282,
             280, 241, 425, 426, 427, 97, 268, 40, 39, 41, 51, 104, 294, 105, 273, 106, 272, 264, 265, 438, 428, 429, 430,
-            431, 432, 433, 442, 224, 225, 142, 89, 60, 116, 18]
+            431, 432, 433, 442, 224, 225, 142, 89, 60, 116, 18, 223, 232, 451, 213, 440]
+        more = dict(socket=[198, 199], madvise=[233], nosys=[286, 287], notsup=[47])
     else: return False
     ALLOW, EPERM, ENOSYS, KILL = 0x7fff0000, 0x50001, 0x50026, 0x80000000
+    EOPNOTSUPP, EAFNOSUPPORT, AF_UNIX = 0x5005F, 0x50061, 1
+    PAGE_CACHE = (3, 20, 21, 22, 23)   # MADV_WILLNEED, COLD, PAGEOUT, POPULATE_READ, POPULATE_WRITE
     LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
     NS = 0x7E020000      # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
     LOCKS = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)   # F_GETLK F_SETLK F_SETLKW F_OFD_*, F_SETLEASE F_GETLEASE F_NOTIFY
     prog = [(LD, 0, 0, 4), (JEQ, 1, 0, aa), (RET, 0, 0, KILL), (LD, 0, 0, 0)]
-    tests = [(n, 'deny') for n in deny] + [(fcntl, 'fcntl'), (clone, 'clone'), (435, 'nosys')]
+    tests = [(n, 'deny') for n in deny] + [(fcntl, 'fcntl'), (clone, 'clone'), (435, 'nosys')] + \
+            [(n, k) for k, ns in more.items() for n in ns]
     if arch == 'x86_64': tests.insert(0, (0x40000000, 'deny'))   # the x32 ABI: every number from here on
     at, body = {}, []
     n_head = len(prog) + len(tests) + 1
@@ -265,6 +277,10 @@ def _sbx_seccomp(libc):
     block('nosys', [(RET, 0, 0, ENOSYS)])
     block('fcntl', [(LD, 0, 0, 24)] + [(JEQ, len(LOCKS) - i, 0, c) for i, c in enumerate(LOCKS)] + [(RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)])
     block('clone', [(LD, 0, 0, 16), (JSET, 0, 1, NS), (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW)])
+    block('socket', [(LD, 0, 0, 16), (JEQ, 0, 1, AF_UNIX), (RET, 0, 0, ALLOW), (RET, 0, 0, EAFNOSUPPORT)])
+    block('madvise', [(LD, 0, 0, 32)] + [(JEQ, len(PAGE_CACHE) - i, 0, a) for i, a in enumerate(PAGE_CACHE)] +
+          [(RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)])
+    block('notsup', [(RET, 0, 0, EOPNOTSUPP)])
     for i, (nr, to) in enumerate(tests):
         here = len(prog) + 1
         prog.append((JGE if nr == 0x40000000 else JEQ, at[to] - here, 0, nr))
@@ -483,21 +499,29 @@ _PURE = ('math', 'cmath', 're', 'string', 'itertools', 'functools', 'operator', 
          'unicodedata', 'numbers', 'enum', 'dataclasses', 'calendar', 'hashlib', 'struct')
 
 def _jdg_names(tests)->tuple:
-    "`(loaded, bound)`: the names the test sources read, and every name they bind anywhere (imports, defs, targets, args)"
+    "`(loaded, bound, stars)`: names the tests read, names they bind anywhere (every binding form), modules they star-import"
     import ast
-    loaded, bound = set(), set()
+    loaded, bound, stars = set(), set(), set()
+    def names_of(n):   # the names one node binds (None: it binds none)
+        if isinstance(n, ast.Name): return None if isinstance(n.ctx, ast.Load) else [n.id]   # =, +=, for, with, :=, del
+        if isinstance(n, (ast.Import, ast.ImportFrom)): return [a.asname or a.name.split('.')[0] for a in n.names if a.name != '*']
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): return [n.name]
+        if isinstance(n, ast.arg): return [n.arg]
+        if isinstance(n, ast.ExceptHandler): return [n.name] if n.name else None
+        if isinstance(n, (ast.Global, ast.Nonlocal)): return list(n.names)    # declared: the tests manage that name
+        if isinstance(n, (ast.MatchAs, ast.MatchStar)): return [n.name] if n.name else None
+        if isinstance(n, ast.MatchMapping): return [n.rest] if n.rest else None
+        if type(n).__name__ in ('TypeVar', 'ParamSpec', 'TypeVarTuple'): return [n.name]   # Python 3.12 type parameters
+        return None
     for src in tests:
         try: tree = ast.parse(src)
         except (SyntaxError, ValueError, MemoryError, RecursionError): continue
         for n in ast.walk(tree):
-            if isinstance(n, ast.Name): (loaded if isinstance(n.ctx, ast.Load) else bound).add(n.id)
-            elif isinstance(n, (ast.Import, ast.ImportFrom)):
-                bound |= {a.asname or a.name.split('.')[0] for a in n.names if a.name != '*'}
-            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): bound.add(n.name)
-            elif isinstance(n, ast.arg): bound.add(n.arg)
-            elif isinstance(n, ast.ExceptHandler) and n.name: bound.add(n.name)
-            elif isinstance(n, (ast.Global, ast.Nonlocal)): loaded |= set(n.names)
-    return loaded, bound
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load): loaded.add(n.id)
+            elif (b := names_of(n)) is not None: bound.update(b)
+            if isinstance(n, ast.ImportFrom) and any(a.name == '*' for a in n.names):
+                stars.add('.' * n.level + (n.module or ''))     # resolved by the judge; a relative one never resolves
+    return loaded, bound, stars - {'solution'}
 
 
 # %% ../nbs/08_sandbox.ipynb #7e1d9c33
@@ -553,7 +577,7 @@ def _jdg_main(job, iso):
         if type(v) is Remote: return v._ref
         raise TypeError(f'a {type(v).__name__} cannot be passed to the sandbox')
     def answer():
-        try: m = dec(recv(), handle)
+        try: m = dec(recv(), handle, job['value_memory'])   # one answer decodes to at most the run's own memory
         except SandboxGone as e: state['dead'] = str(e); raise
         except Exception as e: state['dead'] = 'malformed message'; raise SandboxGone(state['dead']) from None
         if type(m) is not tuple or len(m) < 2: state['dead'] = 'malformed message'; raise SandboxGone(state['dead'])
@@ -597,8 +621,16 @@ def _jdg_main(job, iso):
             if job['helpers']: exec(compile(job['helpers'], '<helpers>', 'exec'), base)
         except BaseException: tb('setup')
         if entry: base.pop(entry, None)
-        loaded, bound = job['names']          # read from the tests' syntax trees by the caller
+        loaded, bound, stars = job['names']   # read from the tests' syntax trees by the caller
+        unresolved = False
+        for name in sorted(stars):            # what `from M import *` binds in the tests: M's public names, all theirs
+            try:
+                mod = importlib.import_module(name)
+                pub = getattr(mod, '__all__', None)
+                bound |= {n for n in (pub if pub is not None else vars(mod)) if type(n) is str and (pub is not None or n[:1] != '_')}
+            except BaseException: unresolved = True   # the tests' own import fails too; no name but the entry point is the program's
         free = {n for n in loaded - bound if n not in base and (n == entry or not hasattr(builtins, n))}
+        if unresolved: free &= {entry}
         for n in free & set(_PURE) - {entry}:   # a standard module's name the tests read is the judge's own module
             try: base[n] = importlib.import_module(n)
             except Exception: pass
@@ -911,7 +943,7 @@ def _run(code, tests, imports, cfg, judged, helpers=None, entry_point=None)->Run
     def enter(pid):   # before the child has its job: all it will ever start is counted
         if cg: _memcg_join(cg, pid); joined.append(pid)
     lim = dict(fsize=cfg.fsize, nofile=cfg.nofile, nproc=cfg.nproc, namespaces=cfg.namespaces, cpu=cfg.cpu or cfg.timeout,
-               case_timeout=cfg.case_timeout, max_value=cfg.max_value, token=tok)
+               case_timeout=cfg.case_timeout, max_value=cfg.max_value, value_memory=cfg.memory, token=tok)
     try:
         (r, w), (life_r, life_w), (jlife_r, jlife_w) = pipe(), pipe(), pipe()
         (req_r, req_w), (resp_r, resp_w) = (pipe(), pipe()) if judged else ((-1, -1), (-1, -1))
