@@ -110,3 +110,25 @@ def test_readme_8gpu_command_shrunk(tmp_path):
     assert len(list((ck/'pytorch_model').glob('zero_pp_rank_*_optim_states.pt'))) == 2
     assert (ck/'adapter'/'adapter_config.json').exists()
     assert json.loads((ck/'config.json').read_text())['grad_ckpt'] is True
+
+ONE_GPU = ('accelerate launch --config_file configs/accelerate/1gpu.yaml scripts/train.py --config configs/llada_gsm8k.yaml '
+           '--per_device_batch 6 --grad_accum 8 --micro_batch 36')
+
+def test_readme_1gpu_command_shrunk(tmp_path):
+    "The README's one-GPU command, as written (one process: 8 rollout batches of one group of 6 per step), lengths shrunk, on tiny real-code LLaDA"
+    from upstream import tiny_checkpoint
+    from test_recipes import SIZE
+    model = tiny_checkpoint('llada', 'real', **SIZE)
+    assert ONE_GPU in ' '.join((ROOT/'README.md').read_text().replace('\\\n', ' ').split())
+    words = ONE_GPU.split()
+    cmd = [sys.executable, '-m', 'accelerate.commands.launch', *words[2:4], *words[4:], '--model', str(model),
+           '--max_prompt_len', '16', '--gen_length', '16', '--block_length', '16', '--steps', '16', '--n_segments', '16',
+           '--eval_size', '0', '--reward_workers', '1', '--no_report', '--no_progress', '--max_steps', '1', '--output_dir', str(tmp_path/'run')]
+    p = subprocess.run(cmd, env={**os.environ, 'OMP_NUM_THREADS': '1'}, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    assert 'were not passed' not in p.stderr                          # the config sets what accelerate asks for
+    rs = rows(tmp_path/'run')
+    assert [r['optimizer_steps'] for r in rs] == [1] and not any(r['skipped'] for r in rs)
+    assert rs[0]['fwd_per_seq'] == 16 + 12                           # T, then K = 12 pairs per sequence, micro-batched by 3 sequences
+    saved = json.loads((tmp_path/'run'/'config.json').read_text())
+    assert (saved['per_device_batch'], saved['grad_accum'], saved['micro_batch']) == (6, 8, 36)

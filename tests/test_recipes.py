@@ -1,13 +1,15 @@
 """Every shipped recipe on the real remote code of LLaDA-8B-Instruct and Dream-7B (tiny random checkpoints built from it; see
 `tests/upstream.py`), shrunk by command-line overrides only: model, lengths, batch, steps (and a local sample for a training set
 that lives on the hub). The recipe's own LoRA dropout, activation checkpointing, loss, K, N and mu are kept. Each trains 2 steps,
-resumes from step 1 (inside a cycle) to equal the uninterrupted run bitwise, and is evaluated by `scripts/eval.py`.
+resumes from step 1 (inside a cycle) to equal the uninterrupted run bitwise, and is evaluated by `scripts/eval.py`. Training and
+resume run under the device guard (`mapg.device`), so every recipe's GPU path is checked for tensors left on the CPU.
 The same runs on mapg's stand-ins keep the paths tested where the real code is absent."""
 import json, os, subprocess, sys
 from pathlib import Path
 import pytest, torch
 from upstream import tiny_checkpoint
 from mapg.train import parse_cfg, train
+from mapg.device import device_guard
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted(p.name for p in (ROOT/'configs').glob('*.yaml') if p.name != 'toy_sudoku.yaml')
@@ -34,9 +36,13 @@ def trainable(ck:Path)->dict: return torch.load(ck/'pytorch_model.bin', weights_
 def rows(out:Path): return [json.loads(l) for l in (out/'metrics.jsonl').read_text().splitlines()]
 def strip(r:dict): return {k: v for k, v in r.items() if not k.endswith('_s')}
 
+def guarded(args:list)->dict:
+    "`train` with the model on a virtual GPU (`mapg.device`): a tensor left on the CPU fails as it would on a GPU"
+    with device_guard(): return train(*parse_cfg(args))
+
 def check_recipe(name:str, model:Path, tmp:Path, evaluate:bool=True):
     y = recipe(name)
-    full = train(*parse_cfg(run_args(name, model, tmp/'full', '--max_steps', '2')))
+    full = guarded(run_args(name, model, tmp/'full', '--max_steps', '2'))
     rs = rows(tmp/'full')
     assert [r['step'] for r in rs] == [1, 2] and [r['optimizer_steps'] for r in rs] == [1, 2] and not any(r['skipped'] for r in rs)
     assert ('ratio_pos' in rs[0]) == (y['pos_weight'] > 0)
@@ -45,7 +51,7 @@ def check_recipe(name:str, model:Path, tmp:Path, evaluate:bool=True):
     drops = {m.p for n, m in net.named_modules() if n.endswith('lora_dropout.default')}
     assert drops == {y['lora_dropout']}, drops
     assert full['model'].grad_ckpt == y['grad_ckpt']
-    train(*parse_cfg(run_args(name, model, tmp/'resumed', '--max_steps', '2', '--resume_from_checkpoint', str(tmp/'full'/'checkpoint-1'))))
+    guarded(run_args(name, model, tmp/'resumed', '--max_steps', '2', '--resume_from_checkpoint', str(tmp/'full'/'checkpoint-1')))
     assert json.loads((tmp/'full'/'checkpoint-1'/'trainer_state.json').read_text())['inner'] == 1   # inside a cycle: buffer restored
     assert [strip(r) for r in rows(tmp/'resumed')] == [strip(r) for r in rs[1:]]
     a, b = trainable(tmp/'full'/'checkpoint-2'), trainable(tmp/'resumed'/'checkpoint-2')
@@ -71,3 +77,16 @@ def test_recipe_on_real_code(tmp_path, name):
 def test_recipe_on_standin(tmp_path, name):
     kind = 'dream' if name.startswith('dream') else 'llada'
     check_recipe(name, tiny_checkpoint(kind, 'standin', **SIZE), tmp_path)
+
+@pytest.mark.parametrize('name', RECIPES)
+def test_one_gpu_flags_keep_the_recipe(name):
+    "On one process, the flags `validate` suggests (and the README shows) divide, keep 48 completions per step and 3 sequences per forward"
+    from mapg.faults import ConfigError
+    from mapg.train import validate
+    run, roll, upd = parse_cfg(['--config', str(ROOT/'configs'/name)])
+    assert roll.per_device_batch * 8 * upd.grad_accum == 48
+    with pytest.raises(ConfigError, match='--per_device_batch 6 --grad_accum 8 --micro_batch 36') as e: validate(run, roll, upd, 1)
+    fix = str(e.value).split(' use ')[1].split(' (')[0].split()
+    run, roll, upd = parse_cfg(['--config', str(ROOT/'configs'/name), *fix])
+    validate(run, roll, upd, 1)
+    assert roll.per_device_batch * upd.grad_accum == 48 and upd.micro_batch // upd.segments_per_update == 3
