@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_models.ipynb #53432e69
 from __future__ import annotations
-import contextlib, functools, importlib.util, inspect, json, math, re, shutil, tempfile
+import contextlib, functools, importlib.util, inspect, json, math, re, shutil, sys, tempfile
 from dataclasses import dataclass
 from pathlib import Path
 import torch, torch.nn.functional as F
@@ -19,12 +19,12 @@ from transformers import PreTrainedTokenizerBase
 from .core import Tok, toy_model, toy_tokenizer, save_toy, seeded
 
 # %% auto #0
-__all__ = ['QWEN2_LORA', 'FAMILIES', 'TRANSFORMERS_RANGE', 'STANDIN_CODE', 'LLADA_TOKENS', 'DREAM_TOKENS', 'LLADA_CHAT_TEMPLATE',
-           'DREAM_CHAT_TEMPLATE', 'Family', 'lora_target_names', 'lora_regex', 'check_transformers', 'check_rotary',
-           'TinyLLaDAConfig', 'TinyLLaDA', 'TinyDreamConfig', 'TinyDream', 'excluded_ids', 'MDLM', 'tiny_llada',
-           'tiny_dream', 'add_lora', 'check_4bit_grads', 'checkpoint_errors', 'checkpoint_blocks', 'kind_from_config',
-           'infer_kind', 'padding_honoured', 'load_model', 'save_standin', 'save_tokenizer_standin',
-           'tiny_remote_checkpoint', 'llada_shaped']
+__all__ = ['QWEN2_LORA', 'FAMILIES', 'TRANSFORMERS_RANGE', 'WRITTEN_FOR', 'STANDIN_CODE', 'LLADA_TOKENS', 'DREAM_TOKENS',
+           'LLADA_CHAT_TEMPLATE', 'DREAM_CHAT_TEMPLATE', 'Family', 'lora_target_names', 'lora_regex',
+           'check_transformers', 'check_rotary', 'adapt_remote_code', 'TinyLLaDAConfig', 'TinyLLaDA', 'TinyDreamConfig',
+           'TinyDream', 'excluded_ids', 'MDLM', 'tiny_llada', 'tiny_dream', 'add_lora', 'check_4bit_grads',
+           'checkpoint_errors', 'checkpoint_blocks', 'kind_from_config', 'infer_kind', 'padding_honoured', 'load_model',
+           'save_standin', 'save_tokenizer_standin', 'tiny_remote_checkpoint', 'llada_shaped']
 
 # %% ../nbs/03_models.ipynb #7569ca67
 @dataclass(frozen=True)
@@ -91,7 +91,8 @@ def _family(kind):
     return FAMILIES[kind]
 
 # %% ../nbs/03_models.ipynb #vers0002
-TRANSFORMERS_RANGE = '>=4.57.1,<5'   # the `transformers` under which LLaDA's and Dream's own code loads and is correct
+TRANSFORMERS_RANGE = '>=4.57.1,<6'   # the `transformers` under which mapg runs LLaDA's and Dream's own code (5.x adapted)
+WRITTEN_FOR = '>=4.57.1,<5'          # the `transformers` that code was written for: the fix where it cannot be adapted
 
 # %% ../nbs/03_models.ipynb #5461b305
 def _vtuple(v:str)->tuple: return tuple(int(x) for x in re.findall(r'\d+', v)[:3])
@@ -100,14 +101,13 @@ def _vtuple(v:str)->tuple: return tuple(int(x) for x in re.findall(r'\d+', v)[:3
 def check_transformers(kind:str,            # a key of `FAMILIES`
                        version:str|None=None # a `transformers` version (None: the installed one)
                       ):
-    "Raise, naming the versions, if `transformers` `version` cannot run family `kind`'s checkpoint code correctly"
+    "Raise, naming the versions, if `transformers` `version` is outside the range in which mapg runs family `kind`'s checkpoint code"
     import transformers
     v = version or transformers.__version__
-    if _family(kind).remote and _vtuple(v) >= (5,):
+    if _family(kind).remote and not (4, 57, 1) <= _vtuple(v) < (6,):
         raise RuntimeError(
-            f"kind={kind!r} runs the modelling code shipped with its checkpoint, which needs transformers{TRANSFORMERS_RANGE} "
-            f"(installed: {v}). Under transformers 5, LLaDA's code does not load, and Dream's loads with uninitialised rotary "
-            f"embeddings (silently wrong logits). Install the versions mapg declares: pip install 'transformers{TRANSFORMERS_RANGE}'")
+            f"kind={kind!r} runs the modelling code shipped with its checkpoint, which mapg runs under transformers{TRANSFORMERS_RANGE} "
+            f"(4.x as it is, 5.x adapted at load time; installed: {v}). Install a tested version: pip install 'transformers{TRANSFORMERS_RANGE}'")
 
 # %% ../nbs/03_models.ipynb #c5d4529a
 def check_rotary(model:nn.Module # a loaded model
@@ -124,7 +124,118 @@ def check_rotary(model:nn.Module # a loaded model
                 f"`{n}.inv_freq` of {type(model).__name__} is not the rotary frequency its config defines "
                 f"(rope_theta={cfg.rope_theta}, head dim {dim}): the buffer was never initialised and the logits would be "
                 f"wrong. This happens when a checkpoint's own code meets a transformers it was not written for: "
-                f"pip install 'transformers{TRANSFORMERS_RANGE}'")
+                f"pip install 'transformers{WRITTEN_FOR}'")
+
+# %% ../nbs/03_models.ipynb #adpt0002
+def _default_rope(config, device=None, seq_len=None, **kwargs)->tuple:
+    "transformers 4's `'default'` rope entry: (`inv_freq [head_dim/2]` from `rope_theta`, attention scale 1.0)"
+    theta = getattr(config, 'rope_theta', None) or (getattr(config, 'rope_parameters', None) or {}).get('rope_theta', 10000.)
+    dim = getattr(config, 'head_dim', None) or config.hidden_size // config.num_attention_heads
+    dim = int(dim * getattr(config, 'partial_rotary_factor', 1.0))
+    return 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim), 1.0
+
+@contextlib.contextmanager
+def _rope_default():
+    "`transformers`' rope table with its `'default'` entry while a model is built (5.x dropped it), as it was afterwards"
+    add = 'default' not in ROPE_INIT_FUNCTIONS
+    if add: ROPE_INIT_FUNCTIONS['default'] = _default_rope
+    try: yield
+    finally:
+        if add: ROPE_INIT_FUNCTIONS.pop('default', None)
+
+def _missing_kw(fn, base)->list:
+    "The keyword arguments that `base` takes and its override `fn` does not (none when `fn` takes `**kwargs`)"
+    ps = inspect.signature(fn).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in ps.values()): return []
+    return [n for n, p in inspect.signature(base).parameters.items()
+            if n not in ps and n != 'self' and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+def _drop_kw(fn, names):
+    "`fn`, called without the keyword arguments `names`"
+    @functools.wraps(fn)
+    def f(*a, **k): return fn(*a, **{n: v for n, v in k.items() if n not in names})
+    f.__mapg_adapted__ = True
+    return f
+
+def _recompute_rotary(model:nn.Module)->int:
+    "Recompute every rotary `inv_freq` that differs from its own `rope_init_fn` (a buffer left uninitialised); how many were"
+    n = 0
+    for mod in model.modules():
+        inv, fn = getattr(mod, 'inv_freq', None), getattr(mod, 'rope_init_fn', None)
+        if not isinstance(inv, Tensor) or not callable(fn): continue
+        want, scale = fn(mod.config, inv.device, **getattr(mod, 'rope_kwargs', {}))
+        if want.shape == inv.shape and torch.allclose(inv.float(), want.float(), rtol=1e-3, atol=0): continue
+        with torch.no_grad(): inv.copy_(want)
+        mod.attention_scaling = scale
+        if hasattr(mod, 'original_inv_freq'): mod.original_inv_freq = inv
+        n += 1
+    return n
+
+def _note(notes:list, s:str):
+    if s not in notes: notes.append(s)
+
+# %% ../nbs/03_models.ipynb #adpt0003
+def adapt_remote_code(cls:type,                 # the model class a checkpoint's `auto_map` names, from the checkpoint's own code
+                      config:PretrainedConfig,  # its config (given the fields the code reads and `transformers` 5 no longer sets)
+                      version:str|None=None     # a `transformers` version (None: the installed one)
+                     )->tuple[type, list]:      # (the class to load with, one phrase per change: grows while a model is built)
+    "Adapt modelling code written for `transformers` 4 to `transformers` 5, in memory (the checkpoint's files stay as they are)"
+    import transformers
+    from transformers import GenerationConfig
+    notes = []
+    if _vtuple(version or transformers.__version__) < (5,): return cls, notes
+    if not hasattr(config, 'use_cache'):
+        config.use_cache = False
+        notes.append('config.use_cache=False')
+    pkg = cls.__module__.rpartition('.')[0]
+    gen = {c for name, mod in list(sys.modules.items()) if pkg and name.startswith(pkg + '.') for c in vars(mod).values()
+           if isinstance(c, type) and issubclass(c, GenerationConfig) and 'validate' in vars(c)}
+    for c in sorted(gen, key=lambda c: c.__name__):
+        miss = _missing_kw(c.validate, GenerationConfig.validate)
+        if miss and not getattr(c.validate, '__mapg_adapted__', False): c.validate = _drop_kw(c.validate, miss)
+        if getattr(c.validate, '__mapg_adapted__', False): notes.append(f'{c.__name__}.validate(**kwargs)')
+    ns = dict(__module__=cls.__module__, __qualname__=cls.__qualname__, __doc__=cls.__doc__)
+    miss = _missing_kw(cls.tie_weights, PreTrainedModel.tie_weights)
+    if miss:
+        ns['tie_weights'] = _drop_kw(cls.tie_weights, miss)
+        notes.append(f"{cls.__name__}.tie_weights(**kwargs)")
+    init = cls.__init__
+    def __init__(self, *args, **kwargs):
+        with _rope_default(): init(self, *args, **kwargs)
+        if any(getattr(mod, 'rope_init_fn', None) is _default_rope for mod in self.modules()): _note(notes, "rope 'default'")
+        if not hasattr(self, 'all_tied_weights_keys'):   # it never called post_init: register what post_init registers
+            self.init_weights = lambda: None              # ... and leave the weights to its own initialisation and the checkpoint
+            try: PreTrainedModel.post_init(self)
+            finally: del self.init_weights
+            _note(notes, 'post_init')
+    ns['__init__'] = functools.wraps(init)(__init__)
+    return type(cls.__name__, (cls,), ns), notes
+
+# %% ../nbs/03_models.ipynb #adpt0004
+_ADAPTABLE = (ImportError, AttributeError, TypeError, KeyError, NameError, ValueError)   # what an API change raises
+
+def _load_adapted(name_or_path, kind:str, kw:dict)->tuple:
+    "(model, what was adapted): family `kind`'s checkpoint code loaded through `adapt_remote_code`, or refused naming the fix"
+    import transformers
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+    fam, notes = _family(kind), []
+    kw = {k: v for k, v in kw.items() if k != 'trust_remote_code'}
+    rev = {'revision': kw['revision']} if 'revision' in kw else {}
+    try:
+        config = transformers.AutoConfig.from_pretrained(name_or_path, trust_remote_code=True, **rev)
+        ref = (getattr(config, 'auto_map', None) or {}).get(fam.auto)
+        if ref is None: raise ValueError(f"its config.json names no {fam.auto} class in auto_map")
+        cls, notes = adapt_remote_code(get_class_from_dynamic_module(ref, str(name_or_path), **rev), config)
+        model = cls.from_pretrained(name_or_path, config=config, **kw)
+    except _ADAPTABLE as e:
+        first = (str(e).strip().splitlines() or [''])[0]
+        raise RuntimeError(
+            f"{kind}'s modelling code in {name_or_path} does not load under transformers {transformers.__version__}, even with what "
+            f"mapg adapts ({', '.join(notes) or 'nothing applied'}): {type(e).__name__}: {first}. Run it under the transformers it "
+            f"was written for: pip install 'transformers{WRITTEN_FOR}'") from e
+    n = _recompute_rotary(model)
+    if n: notes.append(f'rotary inv_freq recomputed ({n} modules)')
+    return model, notes
 
 # %% ../nbs/03_models.ipynb #987ce6f5
 def _rope_cos_sin(inv_freq:Tensor, pos:Tensor)->tuple[Tensor, Tensor]:
@@ -231,8 +342,8 @@ class _DreamRotary(nn.Module):
         super().__init__()
         rs = config.rope_scaling
         self.rope_type = 'default' if rs is None else rs.get('rope_type', rs.get('type'))
-        self.config = config
-        inv_freq, self.attention_scaling = ROPE_INIT_FUNCTIONS[self.rope_type](config, device)
+        self.config, self.rope_init_fn = config, ROPE_INIT_FUNCTIONS[self.rope_type]
+        inv_freq, self.attention_scaling = self.rope_init_fn(config, device)
         self.register_buffer('inv_freq', inv_freq, persistent=False)
 
     @torch.no_grad()
@@ -392,6 +503,7 @@ class MDLM:
     mask_id = property(lambda self: self.tok.mask_id)
     eos_ids = property(lambda self: self.tok.eos_ids)
     pad_id = property(lambda self: self.tok.pad_id)
+    adapted:tuple = ()   # what `load_model` adapted in the checkpoint's own code (transformers 5), one phrase each
     device = property(lambda self: next(self.model.parameters()).device)
     def __repr__(self):
         return f"MDLM(kind={self.kind!r}, model={type(_base(self.model)).__name__}, mask_id={self.mask_id}, eos_ids={self.eos_ids})"
@@ -526,7 +638,7 @@ def tiny_dream(seed:int=0, vocab_size:int=152064, hidden:int=16, layers:int=2, h
     cfg = TinyDreamConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2*hidden, num_hidden_layers=layers,
                           num_attention_heads=heads, num_key_value_heads=heads, **kwargs)
     fam = FAMILIES['dream']
-    model = seeded(seed, lambda: TinyDream(cfg).eval())
+    with _rope_default(): model = seeded(seed, lambda: TinyDream(cfg).eval())   # built as mapg builds Dream's code under transformers 5
     return MDLM(model, Tok(fam.mask_id, fam.eos_ids), 'dream')
 
 # %% ../nbs/03_models.ipynb #9810a02f
@@ -719,7 +831,10 @@ def load_model(name_or_path:str|Path|None=None,  # hub id or local directory (to
         kw['quantization_config'] = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4',
                                         bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype)
         kw['device_map'] = {'': device}
-    model = getattr(transformers, fam.auto).from_pretrained(name_or_path, **kw)
+    notes = []
+    if fam.remote and _vtuple(transformers.__version__) >= (5,): model, notes = _load_adapted(name_or_path, kind, kw)
+    else: model = getattr(transformers, fam.auto).from_pretrained(name_or_path, **kw)
+    if notes: print(f"{type(model).__name__} ({kind}): its code adapted to transformers {transformers.__version__}: {', '.join(notes)}", flush=True)
     if not load_in_4bit: model = model.to(device)
     if fam.remote: check_rotary(model)
     tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=fam.remote, **rev)
@@ -729,6 +844,7 @@ def load_model(name_or_path:str|Path|None=None,  # hub id or local directory (to
         if load_in_4bit: check_4bit_grads(model)   # training needs gradients through the NF4 layers
         m = add_lora(m, **{'seed': seed, **({} if lora is True else dict(lora))})
     if grad_ckpt: m.set_grad_ckpt(True)
+    m.adapted = tuple(notes)
     return m
 
 # %% ../nbs/03_models.ipynb #stnd0002
@@ -881,7 +997,7 @@ def tiny_remote_checkpoint(kind:str,                   # 'llada' | 'dream'
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
     from safetensors.torch import save_model
     config = transformers.AutoConfig.from_pretrained(out, trust_remote_code=True)
-    cls = get_class_from_dynamic_module(f'{mdl_mod}.{mdl_cls}', str(out))
+    cls, _ = adapt_remote_code(get_class_from_dynamic_module(f'{mdl_mod}.{mdl_cls}', str(out)), config)   # as load_model builds it
     model = seeded(seed, lambda: cls(config, init_params=True) if kind == 'llada' else cls(config))   # LLaDA initialises only when asked
     save_model(model.float(), str(out/'model.safetensors'), metadata={'format': 'pt'})
     save_tokenizer_standin(kind, out, code)

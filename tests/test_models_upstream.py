@@ -3,7 +3,7 @@
 LoRA and checkpointing, forward, backward, generation, decoding; only real tokens sampled; generation that leaves the
 model trainable; the length limit; dropout with checkpointing; seeded LoRA; 4-bit refused where it does not train."""
 import json, math
-import pytest, torch
+import pytest, torch, transformers
 from upstream import tiny_checkpoint, UPSTREAM, KINDS, SOURCES
 from mapg.core import make_gen, eval_mode
 from mapg.models import load_model, checkpoint_errors, LLADA_TOKENS, DREAM_TOKENS
@@ -42,7 +42,7 @@ def test_real_fields_vocabulary_and_tokenizer(kind):
     assert type(m.model).__module__.startswith('transformers_modules') and m.pads_ok
     assert (len(m.tokenizer), m.model.get_output_embeddings().weight.shape[0]) == (N_TOKENS[kind], ROWS[kind])
     if kind == 'llada':
-        assert type(m.tokenizer).__name__ == 'PreTrainedTokenizerFast' and m.tokenizer.chat_template == json.loads(
+        assert isinstance(m.tokenizer, transformers.PreTrainedTokenizerFast) and m.tokenizer.chat_template == json.loads(
             (UPSTREAM/'llada'/'tokenizer_config.json').read_text())['chat_template']
         assert [m.tokenizer.convert_tokens_to_ids(t) for t in ('<|startoftext|>', '<|endoftext|>', '<|mdm_mask|>', '<|eot_id|>')] == [126080, 126081, 126336, 126348]
         assert m.tokenizer.convert_ids_to_tokens(LLADA_TOKENS) == '<|startoftext|>'
