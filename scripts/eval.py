@@ -1,12 +1,18 @@
-"""Evaluate a masked diffusion LM, one checkpoint, or every checkpoint of a training run with the paper's protocol
-(`mapg.evaluate`: d1's evaluation prompts and answer reading, with documented corrections); `--help` lists every option.
+"""Evaluate a masked diffusion LM, one checkpoint, or every checkpoint of a training run (`mapg.evaluate`); `--help`
+lists every option. A run the trainer wrote is read by its config.json: model, family, task, generation settings and
+the protocol that fits the task (the toy's held-out puzzles as the trainer scores them; the paper's protocol for the
+paper's tasks: d1's evaluation prompts and answer reading, with documented corrections).
 
+    python scripts/eval.py --model runs/toy_sudoku                          # the run's final checkpoint: its after-RL figures
+    python scripts/eval.py --model data/toy/toy_sudoku_pretrained          # where the toy default starts: its before-RL figures
     python scripts/eval.py --model GSAI-ML/LLaDA-8B-Instruct               # all tasks, L = 128 256 512, block 32, T = L/2
     accelerate launch scripts/eval.py --checkpoint runs/gsm8k --tasks gsm8k  # every checkpoint of a run, sharded over GPUs
     python scripts/eval.py --config configs/eval/block_ablation.yaml       # the block-size ablation
     python scripts/eval.py --protocol mapg --checkpoint runs/gsm8k         # the training prompts and reward instead
-    python scripts/eval.py --model toy --tasks sudoku --lengths 32 --limit 4 --max_prompt_len 480   # toy, CPU
+
+A bad field prints `error: FIELD: reason` (one line) and exits 2; `--debug` shows the traceback.
 """
+from mapg.faults import cli_main
 from mapg.evaluate import eval_cli
 
-if __name__ == '__main__': eval_cli()
+if __name__ == '__main__': cli_main(eval_cli)

@@ -1,5 +1,7 @@
 """The paper's recipe per GPU on random weights with LLaDA-8B's shapes: seconds and peak memory of the rollout and
-update phases, then `scripts/bench.py`'s figures on the same model. Needs a GPU; `--small` runs a tiny model on the CPU.
+update phases, then `scripts/bench.py`'s figures on the same model. Needs a GPU; `--small` checks on a CPU that the
+script runs (hidden 64, 2 blocks, L 32 in blocks of 8, T 8, N 4, K 2, a 16-token prompt; in the bench figures
+2 prompts of 8 tokens per sampler call).
 
     python scripts/gpu_phases.py --out results/      # writes phases.json and figures.json
 
@@ -23,7 +25,7 @@ def main(out:Path, small:bool=False, repeats:int=2):
     reset = torch.cuda.reset_peak_memory_stats if cuda else (lambda: None)
     med = lambda ts: statistics.median(ts)
     g = dict(gen_length=32, block_length=8, steps=8) if small else dict(gen_length=256, block_length=32, steps=128)
-    B, P, N, K = 3, 200, (4 if small else 32), (2 if small else 12)
+    B, P, N, K = 3, (16 if small else 200), (4 if small else 32), (2 if small else 12)
     res = dict(device=torch.cuda.get_device_name() if cuda else 'cpu', torch=torch.__version__, B=B, prompt=P, N=N, K=K, **g)
     m = llada_shaped(device=dev, **(dict(hidden=64, layers=2, heads=4, intermediate=128) if small else {}))
     res.update(attn=m.model.config._attn_implementation, weights_gib=gib(torch.cuda.memory_allocated()) if cuda else float('nan'))
@@ -45,7 +47,8 @@ def main(out:Path, small:bool=False, repeats:int=2):
     out.mkdir(parents=True, exist_ok=True)
     (out/'phases.json').write_text(json.dumps(res, indent=1))
     a = BenchArgs(model='llada8b', repeats=repeats, only=['passes', 'position', 'batching', 'sampler', 'sampler_stepmerge'],
-                  gen_length=g['gen_length'], block_length=g['block_length'], steps=g['steps'], segments=N, k=K)
+                  gen_length=g['gen_length'], block_length=g['block_length'], steps=g['steps'], segments=N, k=K,
+                  **(dict(batch=2, prompt_len=8) if small else {}))
     figs = run_benchmarks(a, model=m)
     (out/'figures.json').write_text(json.dumps([vars(f) for f in figs], indent=1))
     return res, figs
@@ -53,7 +56,7 @@ def main(out:Path, small:bool=False, repeats:int=2):
 if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--out', type=Path, default=Path('.'), help='folder for phases.json and figures.json')
-    p.add_argument('--small', action='store_true', help='a tiny model with a short canvas (a CPU check of the script)')
+    p.add_argument('--small', action='store_true', help='a tiny model with a short prompt and canvas (a CPU check of the script)')
     p.add_argument('--repeats', type=int, default=2, help='timed calls per measurement, after a warm-up call')
     a = p.parse_args()
     main(a.out, a.small, a.repeats)

@@ -1,0 +1,107 @@
+"""The path after the first command: a toy run is trained, then evaluated with `scripts/eval.py`, which reads the run's
+config.json and reproduces the figures the trainer printed, before RL (the shipped pretrained toy) and after RL (the
+run), to the last bit; the CPU accelerate configs launch without accelerate's "values were not passed" warning."""
+import json, os, subprocess, sys
+from pathlib import Path
+import pytest, torch
+from mapg.evaluate import EvalArgs, evaluate, resolve, trainer_config
+from mapg.train import toy_sudoku
+
+ROOT = Path(__file__).resolve().parents[1]
+PRETRAINED = ROOT/'data'/'toy'/'toy_sudoku_pretrained'
+N = 64      # held-out puzzles: one of greedy_eval's batches
+
+def _env(): return dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+
+def _run(*args, timeout=600):
+    p = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=timeout)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p
+
+@pytest.fixture(scope='module')
+def run(tmp_path_factory):
+    "A toy run as the first command writes it (the toy default), cut to 2 steps, a checkpoint each, N held-out puzzles"
+    out = tmp_path_factory.mktemp('run')/'toy_sudoku'
+    _run(ROOT/'scripts'/'train.py', '--max_steps', 2, '--save_steps', 1, '--eval_size', N, '--output_dir', out, '--report', 'false', '--progress', 'false')
+    return out, json.loads((out/'summary.json').read_text())
+
+def _figures(out:Path)->tuple:
+    "(results.json, the trainer's figures of its one row)"
+    res = json.loads((out/'results.json').read_text())
+    return res, res['rows'][0]['cells']['sudoku_L16_b16']['trainer']
+
+def test_run_dir_gives_the_after_rl_figures(run, tmp_path):
+    out, summary = run
+    p = _run(ROOT/'scripts'/'eval.py', '--model', out, '--output_dir', tmp_path, '--no_plot')
+    res, got = _figures(tmp_path)
+    assert got == summary['after']                                             # every bit
+    assert res['base'] == 'toy_sudoku/checkpoint-2' and res['rows'][0]['label'] == 'checkpoint-2'
+    assert res['protocol'] == 'trainer' and res['model_kind'] == 'toy'
+    assert 'LLaDA' not in (tmp_path/'run.json').read_text() and 'LLaDA' not in res['base']
+    assert "checkpoint-2: " + ', '.join(f"{k} {v:.3f}" for k, v in summary['after'].items()) in p.stdout   # as the trainer prints it
+
+def test_pretrained_toy_gives_the_before_rl_figures(run, tmp_path):
+    out, summary = run
+    assert json.loads((out/'eval_before.json').read_text()) == summary['before']
+    _run(ROOT/'scripts'/'eval.py', '--model', PRETRAINED, '--limit', N, '--output_dir', tmp_path, '--no_plot')
+    res, got = _figures(tmp_path)
+    assert got == summary['before']
+    assert res['base'] == 'toy_sudoku_pretrained'
+
+def test_limit_is_the_first_held_out_puzzles():
+    "`--limit N` on the pretrained toy is the run's `eval_size N`: the held-out puzzles are drawn one after another"
+    assert [r['puzzle'] for r in toy_sudoku(N, 'eval', seed=0)] == [r['puzzle'] for r in toy_sudoku(256, 'eval', seed=0)][:N]
+
+def test_checkpoint_of_a_run_and_every_checkpoint(run, tmp_path):
+    out, summary = run
+    torch.set_num_threads(1)
+    one = resolve(EvalArgs(model=str(out/'checkpoint-1')))
+    assert (one.checkpoint, one.protocol, one.kind, one.limit) == (str(out/'checkpoint-1'), 'trainer', 'toy', N)
+    assert Path(one.output_dir) == Path('eval_results')/'toy_sudoku'/'checkpoint-1'
+    res = evaluate(EvalArgs(checkpoint=str(out), output_dir=str(tmp_path), progress=False, plot=False))   # every checkpoint
+    assert [r['label'] for r in res['rows']] == ['step-1', 'step-2', 'final (step-2)', 'best (chosen on the test set, per cell)']
+    assert res['rows'][2]['cells']['sudoku_L16_b16']['trainer'] == summary['after']
+    assert res['base'] == 'toy_sudoku'
+
+@pytest.mark.parametrize('args,msg', [
+    (['--model', '/no/such/run'], "error: model: no folder '/no/such/run' here"),
+    (['--model', 'RUN', '--checkpoint', 'RUN'], "error: checkpoint: --model"),
+    (['--model', 'RUN', '--tasks', 'gsm8k'], "error: tasks: the 'trainer' protocol evaluates the run's own task, sudoku"),
+    (['--model', 'RUN', '--lengths', '128'], "error: lengths: sudoku_L128_b16: L=128 leaves no position for a prompt in the model's 128; choose lengths below 128"),
+])
+def test_refusals_are_one_line(run, tmp_path, args, msg):
+    out, _ = run
+    args = [str(out) if a == 'RUN' else a for a in args]
+    p = subprocess.run([sys.executable, str(ROOT/'scripts'/'eval.py'), *args, '--output_dir', str(tmp_path/'ev'), '--no_plot', '--no_progress'],
+                       capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    assert p.returncode == 2, p.stderr[-2000:]
+    lines = [l for l in p.stderr.splitlines() if l.strip() and 'real_accelerator' not in l]
+    assert len(lines) == 1 and lines[0].startswith(msg), p.stderr[-2000:]
+
+def test_trainer_config_is_not_a_model_config(run):
+    out, _ = run
+    assert trainer_config(out)['dataset'] == 'toy_sudoku' and trainer_config(out/'checkpoint-2')['dataset'] == 'toy_sudoku'
+    assert trainer_config(out/'checkpoint-2'/'model') is None and trainer_config(PRETRAINED) is None
+
+@pytest.mark.parametrize('cfg', ['cpu.yaml', 'cpu_zero2.yaml'])
+def test_cpu_launch_configs_are_quiet(cfg, tmp_path):
+    "The CPU accelerate configs set every value `accelerate launch` otherwise fills in with a warning"
+    script = tmp_path/'hello.py'
+    script.write_text("print('hello')\n")
+    p = subprocess.run([sys.executable, '-m', 'accelerate.commands.launch', '--config_file', str(ROOT/'configs'/'accelerate'/cfg), str(script)],
+                       capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.count('hello') == 2
+    assert 'were not passed' not in p.stdout + p.stderr, p.stderr
+
+def test_lora_toy_run_goes_on_the_pretrained_toy(tmp_path):
+    "A toy run with LoRA: its adapter is evaluated on the pretrained toy it was trained from (the shipped one at the default's sizes)"
+    from mapg.train import parse_cfg, resolved_config
+    cfg = resolved_config(*parse_cfg(['--config', str(ROOT/'configs'/'toy_sudoku.yaml'), '--lora_r', '4']))
+    ck = tmp_path/'run'/'checkpoint-3'
+    (ck/'adapter').mkdir(parents=True)
+    (ck/'adapter'/'adapter_config.json').write_text('{}')
+    for d in (tmp_path/'run', ck): (d/'config.json').write_text(json.dumps(cfg))
+    (ck/'trainer_state.json').write_text('{}')
+    a = resolve(EvalArgs(model=str(ck)))
+    assert (Path(a.model), a.kind, a.checkpoint, a.protocol, a.limit) == (PRETRAINED, 'toy', str(ck), 'trainer', 256)
