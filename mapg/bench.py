@@ -18,9 +18,9 @@ if TYPE_CHECKING: from mapg.models import MDLM
 
 # %% auto #0
 __all__ = ['FIGURES', 'Figure', 'FiguresTable', 'figures_table', 'clock_for', 'interleaved', 'ratio_figure', 'sampler_overhead',
-           'update_backward', 'position_term_overhead', 'stepmerge_batching', 'PassCounter', 'passes_per_cycle',
-           'code_pool', 'stepmerge_micro_batching', 'training_cycle', 'BenchArgs', 'bench_model', 'run_benchmarks',
-           'bench_cli']
+           'rollout_cycle', 'update_backward', 'position_term_overhead', 'stepmerge_batching', 'PassCounter',
+           'passes_per_cycle', 'code_pool', 'stepmerge_micro_batching', 'training_cycle', 'BenchArgs', 'bench_model',
+           'run_benchmarks', 'bench_cli']
 
 # %% ../nbs/14_bench.ipynb #53574301
 @dataclass
@@ -119,6 +119,28 @@ def sampler_overhead(model:'MDLM',          # an MDLM
     name = 'sampler overhead' + (f' + StepMerge old log-probs' if stepmerge_segments else '')
     return ratio_figure(name, ts, 'generate', 'forwards', 1.10, detail=f"B={batch} L={s['gen_length']} T={s['steps']} {s['remasking']}" + (f" N={stepmerge_segments}" if stepmerge_segments else ''),
                         show_abs=dev.type == 'cuda')
+
+# %% ../nbs/14_bench.ipynb #80a1a027
+def rollout_cycle(model:'MDLM',          # an MDLM
+                  batch:int=8,           # rows of each rollout batch
+                  accum:int=2,           # rollout batches per cycle (the trainer's `grad_accum`)
+                  prompt_len:int=16,     # prompt tokens
+                  repeats:int=5,
+                  stepmerge_segments:int|None=None, # N: also record StepMerge old log-probs (the trainer's rollout)
+                  **gen                  # generate's settings (default: the paper's rollout setting)
+                 )->Figure:
+    "Time of one `generate` call on a cycle's `accum` batches (a generator each) over `accum` calls of one batch each"
+    s = dict(dict(gen_length=256, block_length=32, steps=128, temperature=0.9, remasking='plackett_luce', pos_temperature=0.5, score='max_logit'), **gen)
+    dev, prompt = model.device, _prompt(model, batch * accum, prompt_len)
+    gens = lambda: [make_gen(i, dev) for i in range(accum)]
+    def per_batch():
+        for i, g in enumerate(gens()): generate(model, prompt[i * batch:(i + 1) * batch], generator=g, stepmerge_segments=stepmerge_segments, **s)
+    def one_call(): generate(model, prompt, generator=gens(), stepmerge_segments=stepmerge_segments, **s)
+    ts = interleaved(dict(one_call=one_call, per_batch=per_batch), repeats, dev)
+    per_seq = {k: statistics.median(v) / (batch * accum) for k, v in ts.items()}
+    return ratio_figure('one generation per cycle (rollout time)', ts, 'one_call', 'per_batch', 1.0, show_abs=dev.type == 'cuda',
+                        detail=f"{accum} batches of B={batch} L={s['gen_length']} T={s['steps']}" + (f" N={stepmerge_segments}" if stepmerge_segments else '')
+                               + (f"; s/sequence {per_seq['per_batch']:.4g} -> {per_seq['one_call']:.4g}" if dev.type == 'cuda' else ''))
 
 # %% ../nbs/14_bench.ipynb #166f958e
 def _terms(out)->tuple:
@@ -290,10 +312,10 @@ class BenchArgs:
     workers:int=0            # code sandboxes at once (0: one per CPU)
     threads:int=1            # CPU threads for torch (0: leave torch's default)
     micro_batch:int=4        # (segment, sequence) pairs per pass in the micro-batching figure
-    only:list[str]=field(default_factory=list) # figures to run (default all): sampler sampler_stepmerge position batching micro_batching passes cycle code
+    only:list[str]=field(default_factory=list) # figures to run (default all): sampler sampler_stepmerge rollout_cycle position batching micro_batching passes cycle code
 
 # %% ../nbs/14_bench.ipynb #d3342795
-FIGURES = ('sampler', 'sampler_stepmerge', 'position', 'batching', 'micro_batching', 'passes', 'cycle', 'code')
+FIGURES = ('sampler', 'sampler_stepmerge', 'rollout_cycle', 'position', 'batching', 'micro_batching', 'passes', 'cycle', 'code')
 
 def bench_model(a:BenchArgs):
     "The model the suite runs on"
@@ -313,6 +335,7 @@ def run_benchmarks(a:BenchArgs, model:'MDLM|None'=None, show:bool=True)->list:
     g = dict(gen_length=a.gen_length, block_length=a.block_length, steps=a.steps)
     todo = {'sampler': lambda: sampler_overhead(m, a.batch, a.prompt_len, a.repeats, **g),
             'sampler_stepmerge': lambda: sampler_overhead(m, a.batch, a.prompt_len, a.repeats, stepmerge_segments=a.segments, **g),
+            'rollout_cycle': lambda: rollout_cycle(m, a.batch, 2, a.prompt_len, a.repeats, stepmerge_segments=a.segments, **g),
             'position': lambda: position_term_overhead(m, a.update_batch, a.prompt_len, a.segments, a.k, a.repeats, **g),
             'batching': lambda: stepmerge_batching(m, a.update_batch, a.prompt_len, a.segments, a.k, a.repeats, **g),
             'micro_batching': lambda: stepmerge_micro_batching(m, 1, a.update_batch, a.segments, a.k, a.micro_batch, a.repeats, **g),

@@ -67,12 +67,22 @@ def eval_settings(gen_length:int=256,  # L: completion length
     return GenSettings(gen_length, block_length, gen_length // 2 if steps is None else steps, temperature=0.,
                        remasking='greedy', score='max_logprob')
 
+# %% ../nbs/04_policy.ipynb #6f1ad248
+def _by_rows(fn, generator, *xs:Tensor):
+    "`fn(*xs, generator)`; for a list of n generators, `fn` on each of n equal blocks of rows with its own generator, concatenated"
+    if not isinstance(generator, (list, tuple)): return fn(*xs, generator)
+    n = len(generator)
+    if xs[0].shape[0] % n: raise ValueError(f"{xs[0].shape[0]} rows cannot be cut into {n} equal blocks, one per generator")
+    outs = [fn(*p, g) for g, *p in zip(generator, *(x.chunk(n) for x in xs))]
+    return torch.cat(outs) if isinstance(outs[0], Tensor) else tuple(torch.cat(o) for o in zip(*outs))
+
 # %% ../nbs/04_policy.ipynb #1c371a23
 def propose(logits:Tensor,        # [..., V] logits of the eligible positions
             temperature:float,    # tau_tok; 0 is argmax
-            generator:torch.Generator|None=None
+            generator:torch.Generator|list|None=None # or one generator per equal block of rows (`_by_rows`)
            )->tuple:              # ([...] int64 proposed tokens, [...] float32 their log softmax(logits/temperature))
     "A token per position from softmax(`logits`/`temperature`) by Gumbel-max, with its log-probability"
+    if isinstance(generator, (list, tuple)) and temperature != 0: return _by_rows(lambda l, g: propose(l, temperature, g), generator, logits)
     if temperature == 0:
         x = logits.argmax(-1)
         return x, torch.zeros(x.shape, device=x.device)
@@ -99,9 +109,11 @@ def pick_positions(scores:Tensor,            # [B, m] scores v of the m candidat
                    k:int,                    # positions to keep
                    remasking:str='plackett_luce', # 'plackett_luce' | 'greedy' | 'random'
                    tau:float=0.5,            # Plackett-Luce temperature
-                   generator:torch.Generator|None=None
+                   generator:torch.Generator|list|None=None # or one generator per equal block of rows (`_by_rows`)
                   )->tuple:                  # ([B, k] int64 picks into the m candidates, in order; [B, k] float32 log-probs)
     "Ordered picks of `k` candidates and the log-probability of each pick given the earlier ones"
+    if isinstance(generator, (list, tuple)) and remasking != 'greedy':
+        return _by_rows(lambda s, g: pick_positions(s, k, remasking, tau, g), generator, scores)
     B, m = scores.shape
     if remasking == 'greedy': return gumbel_order(scores, None, 0., None)[:, :k], torch.zeros(B, k, device=scores.device)
     if remasking not in REMASKING: raise ValueError(f"remasking={remasking!r}: expected one of {REMASKING}")
@@ -130,7 +142,8 @@ def segment_terms(lg:Tensor,     # [n, W, V] logits of the boundary state z^{t0}
                   t1:Tensor,     # [n] int64
                   cfg:GenSettings, # the sampler's settings (temperatures, remasking, score, schedule)
                   tokens:Tensor|None=None, # [n, W] tokens that score competitors under 'token_logprob' (default `x`)
-                  positions:bool=True # compute the position terms (False: token terms only, zeros for positions)
+                  positions:bool=True, # compute the position terms (False: token terms only, zeros for positions)
+                  n_steps:int|None=None # the longest segment, max(t1 - t0), when the caller knows it (no host sync)
                  )->tuple:       # ([n, W] token terms, [n, W] position terms), 0 where nothing was decided
     "Token and position log-probabilities of the decisions of steps t0+1..t1, scored from one boundary pass"
     t0, t1 = t0[:, None], t1[:, None]
@@ -140,7 +153,7 @@ def segment_terms(lg:Tensor,     # [n, W, V] logits of the boundary state z^{t0}
     lp = lg.new_zeros(x.shape)
     if cfg.remasking == 'greedy' or not positions: return lt, lp
     v = unmask_scores(lg, cfg.score, x if tokens is None else tokens) / cfg.pos_temperature   # [n, W]
-    for s in range(int((t1 - t0).max())):
+    for s in range(int((t1 - t0).max()) if n_steps is None else n_steps):
         t = t0 + 1 + s                                                               # [n, 1] this step, per row
         live = t <= t1
         E = (step >= t) & (blk == (t - 1) // cfg.steps_per_block) & live            # E_t: masked before t, in t's block

@@ -65,7 +65,10 @@ def _canvas(prompt_ids, attention_mask, gen_length, mask_id, device):
     ids = torch.cat([prompt_ids.to(device).long(), torch.full((B, gen_length), mask_id, dtype=torch.long, device=device)], 1)
     return ids, torch.cat([attn, attn.new_ones(B, gen_length)], 1), P
 
-def _check_gen(generator, device):
+def _check_gen(generator, device, B:int):
+    if isinstance(generator, (list, tuple)):
+        if not generator or B % len(generator): raise ValueError(f"{B} rows cannot be cut into {len(generator)} equal blocks, one per generator")
+        return [_check_gen(g, device, B) for g in generator]
     if generator is None: return make_gen(None, device)
     if torch.device(generator.device).type != torch.device(device).type:
         raise ValueError(f"generator is on {generator.device} but the model is on {device}")
@@ -137,7 +140,8 @@ class _Sampler:
             step = self.unmask_step[:, w].masked_fill(self.unmask_step[:, w] == 0, T + 1)   # undecided: after the segment
             blk = (torch.arange(c, c + W, device=lg.device) // bl).expand(B, W)
             full = lambda v: torch.full((B,), v, device=lg.device)
-            lt, lp = segment_terms(lg.float(), self.completion[:, w], step, self.unmask_rank[:, w], blk, full(t0), full(t1), self.cfg)
+            lt, lp = segment_terms(lg.float(), self.completion[:, w], step, self.unmask_rank[:, w], blk, full(t0), full(t1), self.cfg,
+                                   n_steps=t1 - t0)
             self.old_token[:, w] += lt; self.old_pos[:, w] += lp
             self.pending.remove(seg)
 
@@ -160,7 +164,7 @@ def generate(model:'MDLM',                        # an MDLM adapter (mask_id, fo
              remasking:str='plackett_luce',       # 'plackett_luce' | 'greedy' | 'random'
              pos_temperature:float=0.5,           # tau_pos: Plackett-Luce temperature
              score:str='max_logit',               # 'max_logit' | 'max_logprob' | 'token_logprob'
-             generator:torch.Generator|None=None, # randomness, on the model's device (None: randomly seeded)
+             generator:torch.Generator|list|None=None, # randomness, on the model's device (None: randomly seeded); a list: one per equal block of rows
              progress:bool=False,                 # show a progress bar over the steps
              stepmerge_segments:int|None=None     # N: also record StepMerge old log-probs of N segments (no extra passes)
             )->Rollout:
@@ -170,7 +174,7 @@ def generate(model:'MDLM',                        # an MDLM adapter (mask_id, fo
         raise ValueError(f"stepmerge_segments={stepmerge_segments!r} must be an integer between 1 and steps={steps}")
     ids, attn, P = _canvas(prompt_ids, attention_mask, gen_length, model.mask_id, model.device)
     if hasattr(model, 'check_length'): model.check_length(ids.shape[1], gen_length)   # before any forward pass
-    gen = _check_gen(generator, ids.device)
+    gen = _check_gen(generator, ids.device, ids.shape[0])
     with eval_mode(model.model), torch.no_grad():   # not inference_mode: caches a model builds here may later enter a backward pass
         s = _Sampler(model, ids, attn, P, cfg, gen, stepmerge_segments)
         for t in _progress(range(1, cfg.steps + 1), progress): s.step(t, s.forward())
