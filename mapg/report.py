@@ -188,13 +188,14 @@ def config_table(cfg:dict,     # the run's configuration (`config.json`)
 def eval_table(before:dict,    # metric -> value before RL
                after:dict      # metric -> value after RL
               )->str:
-    "Greedy evaluation before and after RL as an HTML table with the change (green: up, red: down)"
+    "Greedy evaluation before and after RL as an HTML table with the change (green: up, red: down); `reward` only where it is not `accuracy`"
+    same = 'accuracy' in after and all(d.get('reward') == d.get('accuracy') for d in (before, after))   # the toys' reward is the accuracy
     def row(k, v):
         b = before.get(k, float('nan'))
         cls = 'up' if v > b else 'down' if v < b else ''
         return f'<tr><th>{html.escape(k)}</th><td>{b:.3f}</td><td>{v:.3f}</td><td class="{cls}">{v - b:+.3f}</td></tr>'
     return ('<table class="eval"><tr><th></th><th>before RL</th><th>after RL</th><th>change</th></tr>'
-            + ''.join(row(k, v) for k, v in after.items()) + '</table>')
+            + ''.join(row(k, v) for k, v in after.items() if not (k == 'reward' and same)) + '</table>')
 
 # %% ../nbs/11b_report.ipynb #03731af5
 _CSS = """body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1150px;margin:0 auto;padding:1rem 2rem;color:#222}
@@ -230,7 +231,7 @@ def write_report(out:str|Path,          # the run's output directory (reads `met
     if cfg is None and (out/'config.json').exists(): cfg = json.loads((out/'config.json').read_text())
     cfg, rows, js = cfg or {}, read_metrics(out), [True]
     def emb(fig):
-        s = fig.to_html(full_html=False, include_plotlyjs=js[0], config=dict(displaylogo=False)); js[0] = False
+        s = fig.to_html(full_html=False, include_plotlyjs=js[0], config=dict(displaylogo=False, displayModeBar=False)); js[0] = False
         return s
     esc = lambda k: html.escape(str(cfg.get(k, '?')))
     parts = [f"<h1>mapg training report</h1><p class='sub'>{html.escape(str(out))}: task {esc('task')}, model {esc('model')}, "

@@ -15,8 +15,9 @@ from .sandbox import SandboxCfg, judge_program
 __all__ = ['MAX_NUMBER_CHARS', 'MAX_CHARS', 'PARTS', 'UNSAFE_MODULES', 'REWARDS', 'answer_tag', 'last_boxed', 'code_blocks',
            'python_block', 'parse_number', 'single_number', 'hash_answer', 'soft_format', 'strict_format',
            'xml_tags_placed', 'gsm8k_reward', 'answer_spans', 'math_format', 'math_reward', 'parse_code',
-           'unsafe_names', 'code_tests', 'code_reward', 'sudoku_solved', 'sudoku_reward', 'eval_arith',
-           'countdown_reward', 'get_reward', 'score_batch', 'batch_reward', 'task_metrics']
+           'unsafe_names', 'code_tests', 'code_reward', 'sudoku_solved', 'sudoku_reward', 'order_solution',
+           'order_reward', 'eval_arith', 'countdown_reward', 'get_reward', 'score_batch', 'batch_reward',
+           'task_metrics']
 
 # %% ../nbs/10_rewards.ipynb #fed48302
 def answer_tag(text:str)->str|None:
@@ -148,9 +149,10 @@ def xml_tags_placed(text:str, tags:tuple|list=_GSM_TAGS)->int:
     return sum(alone(t) and ordered(t) for t in pos)
 
 # %% ../nbs/10_rewards.ipynb #cea48db5
-MAX_CHARS = dict(gsm8k=20_000, math=20_000, code=50_000, sudoku=20_000, countdown=20_000)
+MAX_CHARS = dict(gsm8k=20_000, math=20_000, code=50_000, sudoku=20_000, countdown=20_000, order=2_000)
 PARTS = dict(gsm8k=('xml', 'soft_format', 'strict_format', 'integer', 'correct'), math=('format', 'correct'),
-             code=('format', 'execution'), sudoku=('cells', 'solved'), countdown=('format', 'correct'))
+             code=('format', 'execution'), sudoku=('cells', 'solved'), countdown=('format', 'correct'),
+             order=('cells', 'solved'))
 
 # %% ../nbs/10_rewards.ipynb #067ed4af
 def _zeros(task:str)->dict:
@@ -315,6 +317,26 @@ def sudoku_reward(completion:str, # model output (the grid is the digits inside 
     cells = sum(grid[i] == solution[i] for i in blanks) / len(blanks)
     return dict(total=float(cells), cells=float(cells), solved=float(sudoku_solved(grid, puzzle)))
 
+# %% ../nbs/10_rewards.ipynb #ord01sol
+def order_solution(digits:str, # the prompt's 7 digits p1..p7
+                   h:int       # the free digit, 0-3
+                  )->str:      # the 8 cells a1 a2 h l1..l5
+    "The order task's completion for free digit `h`: p1 p2 copied, `h`, then p3..p7 each plus `h` (mod 10)"
+    if not re.fullmatch(r'\d{7}', str(digits)): raise ValueError(f"order: `digits` must be 7 digits, got {digits!r}")
+    p = [int(c) for c in digits]
+    return f"{p[0]}{p[1]}{h}" + ''.join(str((p[i + 2] + h) % 10) for i in range(5))
+
+# %% ../nbs/10_rewards.ipynb #ord01rew
+def order_reward(completion:str, # model output: its first 8 characters are the cells
+                 digits:str      # the prompt's 7 digits p1..p7
+                )->dict:         # total = cells (max 1.0); parts cells, solved (flag)
+    "Order task reward: share of the 8 cells consistent with the completion's own free digit, and whether all are"
+    order_solution(digits, 0)                           # a bad `digits` raises
+    c = _text(completion)[:8]
+    if len(c) < 8 or c[2] not in '0123': return _zeros('order')
+    ok = sum(a == b for a, b in zip(c, order_solution(digits, int(c[2]))))
+    return dict(total=ok / 8, cells=ok / 8, solved=float(ok == 8))
+
 # %% ../nbs/10_rewards.ipynb #71c937fb
 _OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
 
@@ -367,7 +389,8 @@ def _ints(xs, name:str)->list:
     return out
 
 # %% ../nbs/10_rewards.ipynb #fbdf901b
-REWARDS = dict(gsm8k=gsm8k_reward, math=math_reward, code=code_reward, sudoku=sudoku_reward, countdown=countdown_reward)
+REWARDS = dict(gsm8k=gsm8k_reward, math=math_reward, code=code_reward, sudoku=sudoku_reward, countdown=countdown_reward,
+               order=order_reward)
 
 # %% ../nbs/10_rewards.ipynb #3ee5418b
 _log = logging.getLogger(__name__)
@@ -423,5 +446,5 @@ def task_metrics(task:str, r:dict)->dict:
     get_reward(task)
     if task in ('gsm8k', 'math'): return dict(accuracy=float(r['correct'] == 2.0))
     if task == 'code': return dict(accuracy=float(r['execution'] == 1.0))
-    if task == 'sudoku': return dict(accuracy=r['cells'], solved=r['solved'])
+    if task in ('sudoku', 'order'): return dict(accuracy=r['cells'], solved=r['solved'])
     return dict(accuracy=float(r['total'] == 1.0))

@@ -19,18 +19,19 @@ from .models import load_model, checkpoint_errors, FAMILIES, MDLM
 from .sampler import generate, Rollout
 from .likelihood import stepmerge_log_probs, sample_segments, counted_mask
 from .objectives import group_advantages, get_loss, LOSSES, ADV_KINDS
-from .rewards import score_batch, task_metrics, REWARDS
+from .rewards import score_batch, task_metrics, REWARDS, order_solution
 from .data import load_data, columns, make_sudoku, sudoku_grids, sudoku_train, chat_prompt, DATASETS
 from .faults import (ConfigError, read_yaml, check_types, check_resume, config_changes, check_records_file, saving, verify,
                      is_complete, latest_checkpoint, prune, MARKER, RunLock, Preemption, StepGuard, finite_or_zero)
 from .report import write_report, unmask_order_heatmap
 
 # %% auto #0
-__all__ = ['CFG_TYPES', 'MAY_CHANGE', 'TOY_PREFILL', 'SHIPPED_TOY', 'RunCfg', 'RolloutCfg', 'UpdateCfg', 'field_docs',
-           'cfg_parser', 'parse_cfg', 'validate', 'check_data', 'resolved_config', 'check_output_dir',
-           'toy_sudoku_split', 'toy_sudoku', 'pretrain_mdlm', 'pretrained_toy', 'prompt_batch', 'completions_text',
-           'score_completions', 'Batch', 'rollout_stage', 'update_stage', 'train_records', 'eval_records',
-           'next_prompts', 'greedy_eval', 'save_checkpoint', 'load_checkpoint', 'find_checkpoint', 'load_policy',
+__all__ = ['CFG_TYPES', 'TOY_TASKS', 'MAY_CHANGE', 'TOY_PREFILL', 'SHIPPED_TOY', 'RunCfg', 'RolloutCfg', 'UpdateCfg',
+           'field_docs', 'cfg_parser', 'parse_cfg', 'hub_id_or_folder', 'validate', 'check_data', 'resolved_config',
+           'check_output_dir', 'toy_sudoku_split', 'toy_sudoku', 'toy_order', 'pretrain_mdlm', 'toy_pretraining_pairs',
+           'pretrained_toy', 'prompt_batch', 'completions_text', 'score_completions', 'Batch', 'rollout_stage',
+           'cycle_gens', 'cycle_rollouts', 'update_stage', 'train_records', 'eval_records', 'next_prompts',
+           'greedy_eval', 'sampled_eval', 'save_checkpoint', 'load_checkpoint', 'find_checkpoint', 'load_policy',
            'make_accelerator', 'trainable_digest', 'check_same_params', 'through', 'train', 'resume_command']
 
 # %% ../nbs/12_train.ipynb #cc94dc53
@@ -38,7 +39,7 @@ __all__ = ['CFG_TYPES', 'MAY_CHANGE', 'TOY_PREFILL', 'SHIPPED_TOY', 'RunCfg', 'R
 class RunCfg:
     "What is trained, on which prompts, and where the run's files go"
     task:str='gsm8k'                      # reward task: gsm8k | math | code | sudoku | countdown
-    dataset:str='gsm8k'                   # training prompts: a key of mapg.data.DATASETS, or 'toy_sudoku'
+    dataset:str='gsm8k'                   # training prompts: a key of mapg.data.DATASETS, or a toy's: 'toy_sudoku', 'toy_order'
     split:str='train'                     # split of the dataset
     data_source:str|None=None             # local file or hub name for the split (None: the dataset's own)
     model:str='GSAI-ML/LLaDA-8B-Instruct' # hub id or local directory; 'toy' builds, pretrains and caches the toy model
@@ -178,17 +179,38 @@ def _check_ranges(cfgs):
                 raise ConfigError(f.name, f"must be {want}, got {v}")
 
 # %% ../nbs/12_train.ipynb #2436ab81
+def hub_id_or_folder(model:str)->bool:
+    "Whether `model` is a folder here or could be a hub id ('name' or 'namespace/name' that is not a path into a folder here)"
+    if Path(model).expanduser().is_dir(): return True
+    parts = Path(model).parts
+    return bool(re.fullmatch(r'[\w-][\w.-]*(/[\w.-]+)?', model)) and not (len(parts) == 2 and Path(parts[0]).is_dir())
+
+def _one_process_fix(roll:RolloutCfg, upd:UpdateCfg, n_proc:int)->str:
+    "The flags that make a batch divide on `n_proc` processes and keep the completions per step of the recipes' 8 processes"
+    g = roll.group_size // math.gcd(roll.group_size, n_proc)          # the smallest per-process batch that holds whole groups
+    b = g * math.ceil(roll.per_device_batch / g)
+    total = roll.per_device_batch * 8 * upd.grad_accum
+    acc, seqs = max(1, round(total / (b * n_proc))), roll.per_device_batch
+    fix = f"--per_device_batch {b} --grad_accum {acc}"
+    if b > seqs: fix += f" --micro_batch {seqs * upd.segments_per_update}"   # each forward keeps the recipe's sequences
+    return f"{fix} (per_device_batch x {n_proc} x grad_accum = {b * n_proc * acc} completions per step, as the recipe's 8 processes give)"
+
+TOY_TASKS = dict(toy_sudoku='sudoku', toy_order='order')   # the toy datasets and the task that scores each
+
 def validate(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg, n_proc:int=1):
     "Check the configuration before any model is loaded, naming the bad field"
     def bad(field, msg): raise ConfigError(field, msg)
     _check_ranges((run, roll, upd))
     if run.task not in REWARDS: bad('task', f"unknown task {run.task!r}; choose one of {sorted(REWARDS)}")
-    if run.dataset != 'toy_sudoku' and run.dataset not in DATASETS: bad('dataset', f"unknown dataset {run.dataset!r}; choose 'toy_sudoku' or one of {sorted(DATASETS)}")
-    if run.dataset != 'toy_sudoku' and DATASETS[run.dataset].task != run.task:
+    if run.dataset not in TOY_TASKS and run.dataset not in DATASETS:
+        bad('dataset', f"unknown dataset {run.dataset!r}; choose one of {sorted(TOY_TASKS)} or {sorted(DATASETS)}")
+    if run.dataset not in TOY_TASKS and DATASETS[run.dataset].task != run.task:
         bad('task', f"dataset {run.dataset!r} is scored by task {DATASETS[run.dataset].task!r}, not {run.task!r}")
-    if run.dataset == 'toy_sudoku' and run.task != 'sudoku': bad('task', "dataset 'toy_sudoku' needs task 'sudoku'")
+    if run.dataset in TOY_TASKS and run.task != TOY_TASKS[run.dataset]: bad('task', f"dataset {run.dataset!r} needs task {TOY_TASKS[run.dataset]!r}")
     if run.data_source and re.search(r'\.(jsonl|json|csv)(\.gz)?$', run.data_source) and not Path(run.data_source).is_file():
         bad('data_source', f"no such file {run.data_source!r}")
+    if run.model != 'toy' and not hub_id_or_folder(run.model):
+        bad('model', f"no folder {run.model!r} here, and it is not a hub id ('name' or 'namespace/name'); pass a model folder or a hub id")
     if run.model_kind != 'auto' and run.model_kind not in FAMILIES: bad('model_kind', f"unknown kind {run.model_kind!r}; choose auto or one of {sorted(FAMILIES)}")
     if run.dtype not in ('bfloat16', 'float32'): bad('dtype', f"expected bfloat16 or float32, got {run.dtype!r}")
     if run.report_to not in ('none', 'tensorboard', 'wandb', 'all'): bad('report_to', f"expected none, tensorboard, wandb or all, got {run.report_to!r}")
@@ -200,7 +222,8 @@ def validate(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg, n_proc:int=1):
     if not 1 <= upd.segments_per_update <= roll.n_segments:
         bad('segments_per_update', f"K={upd.segments_per_update} must be between 1 and n_segments={roll.n_segments}")
     if roll.per_device_batch * n_proc % roll.group_size:
-        bad('per_device_batch', f"per_device_batch={roll.per_device_batch} x {n_proc} process(es) must be a multiple of group_size={roll.group_size}")
+        bad('per_device_batch', f"per_device_batch={roll.per_device_batch} x {n_proc} process(es) must be a multiple of group_size={roll.group_size} "
+            f"(a group is sampled in one rollout batch); on {n_proc} process(es) use {_one_process_fix(roll, upd, n_proc)}")
     if upd.loss not in LOSSES: bad('loss', f"unknown loss {upd.loss!r}; choose one of {sorted(LOSSES)}")
     if upd.advantage not in ADV_KINDS: bad('advantage', f"unknown advantage {upd.advantage!r}; choose one of {list(ADV_KINDS)}")
     if upd.advantage == 'rloo' and roll.group_size < 2: bad('advantage', "rloo needs group_size >= 2")
@@ -268,6 +291,19 @@ def toy_sudoku(n:int,                    # puzzles
     return [dict(id=f"toy_sudoku/{split}/{i}", text=chat_prompt([dict(role='user', content=r['puzzle'])], tok) + TOY_PREFILL,
                  prefill=TOY_PREFILL, task='sudoku', **r) for i, r in enumerate(recs)]
 
+# %% ../nbs/12_train.ipynb #toyord0fn
+def toy_order(n:int,                     # prompts
+              split:str,                 # 'train' or 'eval' (another stream of prompts)
+              seed:int=0,                # seed of the prompts
+              tok:PreTrainedTokenizerBase|None=None, # tokenizer (default: the toy tokenizer) to render `text`
+             )->list:                    # records: text, digits, prefill, task
+    "Order task records: 7 random digits as the user turn"
+    if split not in ('train', 'eval'): raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    tok = tok or toy_tokenizer()
+    ps = torch.randint(10, (n, 7), generator=make_gen(seed + (0 if split == 'train' else 10**6))).tolist()
+    return [dict(id=f"toy_order/{split}/{i}", text=chat_prompt([dict(role='user', content=''.join(map(str, p)))], tok),
+                 digits=''.join(map(str, p)), prefill='', task='order') for i, p in enumerate(ps)]
+
 # %% ../nbs/12_train.ipynb #64b1eadd
 def pretrain_mdlm(model:nn.Module,     # a `transformers` masked LM (trained in place)
                   seqs:list,           # (prompt ids, completion ids) pairs
@@ -307,28 +343,41 @@ def pretrain_mdlm(model:nn.Module,     # a `transformers` masked LM (trained in 
     return losses
 
 # %% ../nbs/12_train.ipynb #d6b7acde
-# the pretraining settings of the shipped toy (`data/toy/toy_sudoku_pretrained`, the toy default's start on every machine)
-SHIPPED_TOY = dict(hidden=128, layers=3, heads=4, steps=260, lr=5e-4, batch=64, L=16, v=1)
+# the pretraining settings of the shipped toys (`data/toy/<dataset>_pretrained`, each toy task's start on every machine)
+SHIPPED_TOY = dict(toy_sudoku=dict(hidden=128, layers=3, heads=4, steps=260, lr=5e-4, batch=64, L=16, v=1),
+                   toy_order=dict(hidden=128, layers=3, heads=4, steps=800, lr=1e-3, batch=64, L=8, v=1))
+
+def toy_pretraining_pairs(dataset:str, tok:PreTrainedTokenizerBase)->list:
+    "(prompt ids, completion ids) pairs the toy of `dataset` is pretrained on: solved training prompts"
+    if dataset == 'toy_order':                          # a random free digit per prompt: every solution is seen
+        recs = toy_order(8192, 'train', seed=12345, tok=tok)
+        hs = torch.randint(4, (len(recs),), generator=make_gen(7)).tolist()
+        return [(tok(r['text'], add_special_tokens=False)['input_ids'], tok(order_solution(r['digits'], h), add_special_tokens=False)['input_ids'])
+                for r, h in zip(recs, hs)]
+    recs = toy_sudoku(4096, 'train', seed=12345, tok=tok)
+    return [(tok(r['text'])['input_ids'], tok(r['solution'])['input_ids']) for r in recs]
 
 def pretrained_toy(run:RunCfg, roll:RolloutCfg)->Path:
     "Directory of the pretrained toy for `run`'s size and pretraining settings: the shipped one, else built once and cached"
+    data = run.dataset if run.dataset in TOY_TASKS else 'toy_sudoku'   # another dataset's run starts from the Sudoku toy
     key = dict(hidden=run.toy_hidden, layers=run.toy_layers, heads=run.toy_heads, steps=run.toy_pretrain_steps,
-               lr=run.toy_pretrain_lr, batch=run.toy_pretrain_batch, L=roll.gen_length, v=1)
-    if key == SHIPPED_TOY:
+               lr=run.toy_pretrain_lr, batch=run.toy_pretrain_batch, L=roll.gen_length if data == run.dataset else SHIPPED_TOY[data]['L'], v=1)
+    if key == SHIPPED_TOY[data]:
         from mapg.data import data_dir
-        shipped = data_dir()/'toy'/'toy_sudoku_pretrained'
+        shipped = data_dir()/'toy'/f'{data}_pretrained'
         if (shipped/'model.safetensors').exists(): return shipped
-    d = Path(run.toy_cache).expanduser()/('toy_sudoku-' + '-'.join(f"{k}{v}" for k, v in key.items()))
+    d = Path(run.toy_cache).expanduser()/(f'{data}-' + '-'.join(f"{k}{v}" for k, v in key.items()))
     if (d/'config.json').exists(): return d
     tok = toy_tokenizer()
-    recs = toy_sudoku(4096, 'train', seed=12345, tok=tok)
-    seqs = [(tok(r['text'])['input_ids'], tok(r['solution'])['input_ids']) for r in recs]
-    if any(len(s[1]) != roll.gen_length for s in seqs): raise ValueError(f"gen_length: toy Sudoku completions have 16 tokens, got gen_length={roll.gen_length}")
+    seqs = toy_pretraining_pairs(data, tok)
+    if any(len(s[1]) != key['L'] for s in seqs):
+        raise ValueError(f"gen_length: {data} completions have {len(seqs[0][1])} tokens, got gen_length={roll.gen_length}")
     tmp = d.with_name(d.name + f'.tmp{random.randrange(10**9)}')
     from mapg.core import toy_model
     # the pretrained toy is a fixed starting checkpoint, the same for every RL seed (seed 0)
     model = toy_model(0, hidden=run.toy_hidden, layers=run.toy_layers, heads=run.toy_heads, max_len=128)
-    pretrain_mdlm(model, seqs, tok.mask_token_id, run.toy_pretrain_steps, run.toy_pretrain_lr, run.toy_pretrain_batch, seed=0, progress=run.progress)
+    pretrain_mdlm(model, seqs, tok.mask_token_id, run.toy_pretrain_steps, run.toy_pretrain_lr, run.toy_pretrain_batch, seed=0,
+                  pad_id=tok.pad_token_id, progress=run.progress)
     save_toy(tmp, model=model, tok=tok)
     tmp.rename(d) if not d.exists() else shutil.rmtree(tmp)
     return d
@@ -366,8 +415,8 @@ class Batch:
     "One rollout batch of this process: the rollout, its records, rewards and advantages"
     r:Rollout                  # the sampled completions (StepMerge old log-probs included)
     records:list               # the records of its prompts, one per row
-    rewards:Tensor             # [B] float32 this process's rewards
-    adv:Tensor                 # [B] float32 advantages (group statistics over all processes)
+    rewards:Tensor             # [B] float32 this process's rewards (on the CPU, where they were scored)
+    adv:Tensor                 # [B] float32 advantages (group statistics over all processes), on the model's device
     metrics:dict               # rollout metrics (means over all processes)
 
 # %% ../nbs/12_train.ipynb #05b6af90
@@ -398,12 +447,39 @@ def rollout_stage(m:MDLM,                 # the policy
     t2 = time.perf_counter()
     g = gather or (lambda x: x)
     all_rew = g(rew.to(m.device)).cpu()
-    adv = group_advantages(all_rew, roll.group_size, upd.advantage)[rank * b:(rank + 1) * b]
+    adv = group_advantages(all_rew, roll.group_size, upd.advantage)[rank * b:(rank + 1) * b].to(m.device)
     stats = {**{f"reward_{k}" if k != 'total' else 'reward': v for k, v in parts.items()}, **mets, 'completion_len': lengths.float().cpu(), 'reward_nonfinite': nonfinite.float(),
              'pos_entropy': _mean_surprise(rollout.logp_pos, rollout), 'tok_entropy': _mean_surprise(rollout.logp_token, rollout)}
     metrics = {k: g(v.float().to(m.device)).mean().item() for k, v in stats.items()}
     metrics['reward_std'] = all_rew.std().item() if len(all_rew) > 1 else 0.
     return Batch(rollout, mine, rew, adv, metrics), dict(rollout=t1 - t0, scoring=t2 - t1)
+
+def cycle_gens(gen:torch.Generator, # this process's sampling randomness
+               n:int                # rollout batches in the cycle
+              )->list:              # n generators, the first `gen` itself
+    "One generator per rollout batch of a cycle: the first batch draws from `gen`, each later one from a generator seeded from it"
+    if n == 1: return [gen]
+    seeds = torch.randint(2**62, (n - 1,), generator=gen, device=gen.device).tolist()   # once per cycle, before any sampling
+    return [gen] + [make_gen(s, gen.device) for s in seeds]
+
+def _rows(r:Rollout, rows:slice)->Rollout:
+    "Rows `rows` of `r`, as a rollout with tensors of its own"
+    return dataclasses.replace(r, **{f.name: getattr(r, f.name)[rows].clone() for f in fields(r) if isinstance(getattr(r, f.name), Tensor)})
+
+def cycle_rollouts(m:MDLM,              # the policy
+                   batches:list,        # the global batches of records of one cycle, each record repeated G times
+                   roll:RolloutCfg,
+                   gen:torch.Generator, # this process's sampling randomness (on the model's device)
+                   rank:int=0, world:int=1 # this process and the number of processes
+                  )->tuple:             # ([this process's Rollout of each batch], seconds)
+    "This process's rows of every rollout batch of a cycle, sampled in one `generate` call (each batch from its own generator)"
+    b, n, t0 = roll.per_device_batch, len(batches), time.perf_counter()
+    gens = cycle_gens(gen, n)
+    ids, attn = prompt_batch([r_ for recs in batches for r_ in recs], m.tokenizer, max_len=roll.max_prompt_len)   # one prompt width for the cycle
+    mine = torch.cat([torch.arange(i * world * b + rank * b, i * world * b + (rank + 1) * b) for i in range(n)])
+    r = generate(m, ids[mine].to(m.device), attn[mine].to(m.device), generator=gens if n > 1 else gen,
+                 stepmerge_segments=roll.n_segments, **asdict(roll.settings()))
+    return ([r] if n == 1 else [_rows(r, slice(i * b, (i + 1) * b)) for i in range(n)]), time.perf_counter() - t0
 
 # %% ../nbs/12_train.ipynb #fa77dc1b
 def _mean_surprise(lp:Tensor, r:Rollout)->Tensor:
@@ -430,7 +506,7 @@ def update_stage(m:MDLM,                  # the policy (trainable parameters wit
     if mb is None or mb >= K:        # whole sequences per pass: a sequence's ratio needs only its own segments
         per, mets, pairs = B if mb is None else mb // K, {}, 0
         for a in range(0, B, per):
-            rows = torch.zeros(B, 1, dtype=torch.bool); rows[a:a + per] = True
+            rows = torch.zeros(B, 1, dtype=torch.bool, device=segments.device); rows[a:a + per] = True
             seg = only(rows.expand_as(segments))
             if (seg >= 0).sum() == 0: continue
             lp = stepmerge_log_probs(m, r, N, seg, positions=positions)
@@ -459,6 +535,7 @@ def update_stage(m:MDLM,                  # the policy (trainable parameters wit
 def train_records(run:RunCfg, tok:PreTrainedTokenizerBase)->list:
     "The training prompts of `run` as records with rendered `text`"
     if run.dataset == 'toy_sudoku': return toy_sudoku(4096, 'train', seed=run.seed, tok=tok)
+    if run.dataset == 'toy_order': return toy_order(4096, 'train', seed=run.seed, tok=tok)
     if run.dataset == 'sudoku' and run.split == 'train' and not run.data_source:     # generated puzzles, SPG's 3-shot prompt
         return sudoku_train(4096, make_gen(run.seed), tok)
     return load_data(run.dataset, run.split, source=run.data_source, tok=tok)
@@ -468,6 +545,7 @@ def eval_records(run:RunCfg, tok:PreTrainedTokenizerBase)->list:
     "Held-out prompts for the before/after evaluation (`eval_size` of them)"
     if not run.eval_size: return []
     if run.dataset == 'toy_sudoku': return toy_sudoku(run.eval_size, 'eval', seed=0, tok=tok)   # one evaluation set for every seed
+    if run.dataset == 'toy_order': return toy_order(run.eval_size, 'eval', seed=0, tok=tok)
     return load_data(run.dataset, 'test', tok=tok, limit=run.eval_size)
 
 # %% ../nbs/12_train.ipynb #a4b76aa5
@@ -497,6 +575,22 @@ def greedy_eval(m:MDLM, records:list, task:str, roll:RolloutCfg, batch:int=64, w
     tot = torch.tensor([sums.get(k, 0.) for k in keys] + [float(len(mine))], dtype=torch.float64, device=m.device)
     tot = (reduce or (lambda x: x))(tot)
     return {k: (tot[i] / tot[-1]).item() for i, k in enumerate(keys)}
+
+# %% ../nbs/12_train.ipynb #smpev0fn
+def sampled_eval(m:MDLM, records:list, task:str, roll:RolloutCfg, batch:int=64, seed:int=10_007)->dict:
+    "Mean reward, metrics and surprise of each decision (-log pi) of completions sampled with the rollout settings over `records`"
+    g, sums = make_gen(seed, m.device), {}
+    for a in range(0, len(records), batch):
+        recs = records[a:a + batch]
+        ids, attn = prompt_batch(recs, m.tokenizer, max_len=roll.max_prompt_len)
+        r = generate(m, ids.to(m.device), attn.to(m.device), generator=g, **asdict(roll.settings()))
+        rew, _, mets = score_completions(task, completions_text(m, r)[0], recs)
+        c = counted_mask(r).float()
+        vals = {'reward': rew, **mets, 'pos_entropy': -(r.logp_pos * c).sum(1) / c.sum(1).clamp(min=1),
+                'tok_entropy': -(r.logp_token * c).sum(1) / c.sum(1).clamp(min=1)}
+        if task == 'order': vals['good_order'] = ((r.unmask_step[:, :2] == 1).sum(1) == 1).float()   # one copy in step 1
+        for k, v in vals.items(): sums[k] = sums.get(k, 0.) + float(v.float().sum())
+    return {k: v / len(records) for k, v in sums.items()}
 
 # %% ../nbs/12_train.ipynb #be0fb442
 def _rng_state(gens:dict)->dict:
@@ -567,7 +661,7 @@ def load_checkpoint(acc:Accelerator, d:Path, m:MDLM, gens:dict)->tuple:
     _set_rng_state(st['rng'], gens)
     buf = st['buffer']
     if buf is not None:
-        for b in buf: b.r = _to(b.r, m.device)
+        for b in buf: b.r, b.adv = _to(b.r, m.device), b.adv.to(m.device)   # saved from the device, loaded on the CPU
     return json.loads((d/'trainer_state.json').read_text()), buf
 
 # %% ../nbs/12_train.ipynb #4ed633b9
@@ -616,6 +710,8 @@ def make_accelerator(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg):
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs, DistributedDataParallelKwargs
     cuda, ds = torch.cuda.is_available(), _uses_deepspeed()
+    # DeepSpeed, imported by accelerate's unwrap and by save_pretrained, then logs its choice instead of printing it
+    if not cuda: os.environ.setdefault('DS_ACCELERATOR', 'cpu')
     want = dict(per_device_batch=roll.per_device_batch, grad_accum=upd.grad_accum, max_grad_norm=upd.max_grad_norm)
     if ds:                                   # the launcher's values, if any, must agree; else the run's are used
         for f, env in _DS_ENV.items():
@@ -742,9 +838,11 @@ def _train(run, roll, upd, acc, cfg, out, ckpt, stop)->dict:
         t_phase = dict(rollout=0., scoring=0., update=0.)
         if state['inner'] == 0 or buffer is None:
             buffer = []
-            for _ in range(upd.grad_accum):
-                recs = [r_ for r_ in next_prompts(records, n_prompts, prompt_state, run.seed) for _ in range(roll.group_size)]
-                replay = _replayed(run, state['rollout_batches'], rank, world, roll, m.device) if run.replay_rollouts else None
+            cycle = [[r_ for r_ in next_prompts(records, n_prompts, prompt_state, run.seed) for _ in range(roll.group_size)]
+                     for _ in range(upd.grad_accum)]
+            if run.replay_rollouts: rolls = [_replayed(run, state['rollout_batches'] + i, rank, world, roll, m.device) for i in range(len(cycle))]
+            else: rolls, t_phase['rollout'] = cycle_rollouts(m, cycle, roll, gens['rollout'], rank, world)   # the whole cycle in one call
+            for recs, replay in zip(cycle, rolls):
                 b, t = rollout_stage(m, recs, roll, upd, run.task, gens['rollout'], rank, world, gather, run.reward_workers, replay)
                 if run.save_rollouts: _save_rollout(out, state['rollout_batches'], rank, b.r)
                 state['rollout_batches'] += 1

@@ -6,36 +6,61 @@
 
 Fields come from --config (YAML), then from the command line (`--field value`). Without --config the toy default
 (configs/toy_sudoku.yaml) is used, and its printout ends with both arms of the saved experiment (mask-aware and
-token-only RL over six seeds, `scripts/experiment.py`). A bad field or file prints `error: FIELD: reason` and exits 2
-(`--debug`: the traceback); SIGTERM or Ctrl-C saves a checkpoint at the end of the current step and prints the command
-that resumes the run."""
-import json, sys
+token-only RL over six seeds, `scripts/experiment.py`). The order task (--config configs/toy_order.yaml), where the
+decoding order matters, is also scored by sampling with the rollout settings before and after RL, with the share of
+samples decoded in the good order, and its printout ends with both arms of its saved experiment. A bad field or file
+prints `error: FIELD: reason` and exits 2 (`--debug`: the traceback); SIGTERM or Ctrl-C saves a checkpoint at the end
+of the current step and prints the command that resumes the run."""
+import json, os, sys
 from pathlib import Path
 from mapg.faults import cli_main
 from mapg.train import parse_cfg, train
 
 ROOT = Path(__file__).resolve().parent.parent
 ARMS = (('mask_aware_1', 'mask-aware (pos_weight 1)'), ('token_only', 'token-only (pos_weight 0)'))
+SUMMARY = ROOT/'nbs'/'explanations'/'results'/'summary.json'
 
-def both_arms(path:Path=ROOT/'nbs'/'explanations'/'results'/'summary.json')->str:
-    "Both arms of the saved toy experiment (suite 'sudoku', the default's settings): greedy figures after RL, mean ± std over seeds"
+def both_arms(path:Path=SUMMARY, suite:str='sudoku', how:str='greedy', keys:tuple=('accuracy', 'solved'))->str:
+    "Both arms of a suite of the saved toy experiment (the config's settings): `how` ('greedy' or 'sampled') figures after RL, mean ± std over seeds"
     if not path.exists(): return ''
-    s = json.loads(path.read_text()).get('sudoku', {})
-    b, arms = s.get('greedy_before', {}), s.get('arms', {})
-    lines = [f"saved experiment, {path.relative_to(ROOT)} (greedy, held-out; before RL: accuracy {b.get('accuracy', float('nan')):.3f}, "
-             f"solved {b.get('solved', float('nan')):.3f}):"]
+    s = json.loads(path.read_text()).get(suite, {})
+    b, arms = s.get(f'{how}_before') or {}, s.get('arms', {})
+    lines = [f"saved experiment, {path.relative_to(ROOT)} ({how}, held-out; before RL: "
+             + ', '.join(f"{k} {b.get(k, float('nan')):.3f}" for k in keys) + "):"]
     for k, name in ARMS:
         a = arms.get(k, {})
         if not a: continue
-        acc, sol = a['greedy_after.accuracy'], a['greedy_after.solved']
-        lines.append(f"  {name:27s} accuracy {acc['mean']:.3f} ± {acc['std']:.3f}, solved {sol['mean']:.3f} ± {sol['std']:.3f}"
-                     f" (seeds {', '.join(map(str, acc['seeds']))})")
+        ms = [a[f'{how}_after.{m}'] for m in keys]
+        lines.append(f"  {name:27s} " + ', '.join(f"{m} {v['mean']:.3f} ± {v['std']:.3f}" for m, v in zip(keys, ms))
+                     + f" (seeds {', '.join(map(str, ms[0]['seeds']))})")
     return '\n'.join(lines) if len(lines) > 1 else ''
+
+ORDER_KEYS = ('accuracy', 'solved', 'good_order')
+
+def sampled_figures(run, roll, m)->dict:
+    "The order task's sampled figures on the held-out prompts: the pretrained start (before RL) and the trained `m` (after)"
+    from mapg.train import eval_records, load_policy, sampled_eval
+    held = eval_records(run, m.tokenizer)
+    start = load_policy(run, roll, m.device)
+    return dict(sampled_before=sampled_eval(start, held, run.task, roll), sampled_after=sampled_eval(m, held, run.task, roll))
+
+def print_sampled(f:dict, n:int):
+    print(f"sampled with the rollout settings (the policy RL trains), {n} held-out prompts:")
+    for k, when in (('sampled_before', 'before RL:'), ('sampled_after', 'after RL: ')):
+        print(f"  {when} " + ', '.join(f"{m.replace('_', ' ')} {f[k][m]:.3f}" for m in ORDER_KEYS))
 
 def main(args:list):
     default = not any(a.split('=')[0] == '--config' for a in args) and not {'-h', '--help'} & set(args)
     if default: args = ['--config', str(ROOT/'configs'/'toy_sudoku.yaml'), *args]
-    s = train(*parse_cfg(args))
+    run, roll, upd = parse_cfg(args)
+    s = train(run, roll, upd)
+    main_process = os.environ.get('RANK', '0') == '0'
+    if run.task == 'order' and s.get('after') and main_process:
+        f = sampled_figures(run, roll, s['model'])
+        p = Path(run.output_dir)/'summary.json'
+        p.write_text(json.dumps({**json.loads(p.read_text()), **f}, indent=1))
+        print_sampled(f, run.eval_size)
+        if run.dataset == 'toy_order' and (txt := both_arms(suite='order', how='sampled', keys=ORDER_KEYS)): print(txt)
     if default and s.get('after') and (txt := both_arms()): print(txt)
 
 if __name__ == '__main__': cli_main(main)

@@ -218,7 +218,7 @@ def test_trl_adapter():
     f = batch_reward('gsm8k')
     assert f(prompts=[r['prompt'] for r in recs], completions=comps, completion_ids=None, **columns(recs)) == [4.0] * 4
     assert batch_reward('gsm8k', 'correct')(completions=comps, answer=['0'] * 4) == [0.0] * 4
-    assert set(REWARDS) == {'gsm8k', 'math', 'code', 'sudoku', 'countdown'}
+    assert set(REWARDS) == {'gsm8k', 'math', 'code', 'sudoku', 'countdown', 'order'}
     assert task_metrics('math', dict(total=3.0, format=1.0, correct=2.0)) == dict(accuracy=1.0)
 
 # ---------------------------------------------------------------- loaders

@@ -117,3 +117,11 @@ def test_two_processes_equal_one(tmp_path, cache):
     ra, rb = rows(tmp_path/'two'), rows(tmp_path/'one')
     for a, b in zip(ra, rb):
         for k in ('reward', 'loss', 'ratio_token', 'ratio_pos', 'grad_norm'): assert abs(a[k] - b[k]) < 1e-4, (k, a[k], b[k])
+
+def test_missing_model_is_refused_before_anything_is_written(tmp_path):
+    "A model path that is neither a folder here nor a hub id is refused naming `model`; no output_dir, no lock is left"
+    out = tmp_path/'run'
+    p = subprocess.run([sys.executable, str(ROOT/'scripts'/'train.py'), '--model', '/no/such/dir', '--output_dir', str(out)],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    assert p.returncode == 2 and "model: no folder '/no/such/dir' here, and it is not a hub id" in p.stderr, p.stderr[-2000:]
+    assert len(p.stderr.strip().splitlines()) == 1 and not out.exists()

@@ -1,0 +1,68 @@
+"""The pages' stored figures are what their commands print: the train-the-toy tutorial's saved run (`toy_run/`) is the
+shipped default command's, its tables and printed lines are that run's, and the figures of the order task in the
+README and index are the saved experiment's, whose runs are the shipped `configs/toy_order.yaml` command. The slow case
+(`MAPG_TEST_FLAGS=slow`) runs the default command again and compares every figure."""
+import json, os, re, subprocess, sys
+from pathlib import Path
+import pytest
+from mapg.train import parse_cfg, resolved_config, load_policy, eval_records, greedy_eval
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT/'nbs'/'tutorials'/'toy_run'
+PAGE = ROOT/'nbs'/'tutorials'/'train_toy.ipynb'
+RES = ROOT/'nbs'/'explanations'/'results'
+
+def _fmt(d): return ', '.join(f"{k} {v:.3f}" for k, v in d.items())
+def _cells(nb): return {c['id']: c for c in json.loads(Path(nb).read_text())['cells']}
+def _outputs(c): return ''.join(''.join(o.get('text', [])) + ''.join(o.get('data', {}).get('text/markdown', '')) for o in c.get('outputs', []))
+
+def test_toy_run_is_the_shipped_command():
+    cfg = json.loads((RUN/'config.json').read_text())
+    want = resolved_config(*parse_cfg(['--config', str(ROOT/'configs'/'toy_sudoku.yaml'), '--output_dir', '/tmp/site_run']))
+    drop = lambda d: {k: v for k, v in d.items() if k != 'versions'}
+    assert drop(cfg) == drop(want)                                   # a changed default makes the saved run stale
+    rows = [json.loads(l) for l in (RUN/'metrics.jsonl').read_text().splitlines() if l.strip()]
+    assert len(rows) == cfg['max_steps']
+    o = json.loads((RUN/'orders.json').read_text())
+    assert len(o['before']) == len(o['after']) == len(o['puzzles']) == cfg['per_device_batch'] and o['T'] == cfg['steps']
+
+def test_toy_run_before_figures_are_the_shipped_toys():
+    summary = json.loads((RUN/'summary.json').read_text())
+    run, roll, upd = parse_cfg(['--config', str(ROOT/'configs'/'toy_sudoku.yaml')])
+    m = load_policy(run, roll, 'cpu')
+    assert greedy_eval(m, eval_records(run, m.tokenizer), run.task, roll) == summary['before']
+
+def test_page_shows_the_runs_figures():
+    s, cells = json.loads((RUN/'summary.json').read_text()), _cells(PAGE)
+    b, a = s['before'], s['after']
+    text = ''.join(''.join(c['source']) for c in cells.values())
+    assert f"before RL: {_fmt(b)}\nafter RL:  {_fmt(a)}" in text            # the printed lines the page quotes
+    table = _outputs(cells['d66b8034'])
+    for k in ('accuracy', 'solved'): assert f"| {k} | {b[k]:.1%} | {a[k]:.1%} | {100 * (a[k] - b[k]):+.1f} points |" in table
+    readme = (ROOT/'README.md').read_text()
+    assert f"`after RL:  accuracy {a['accuracy']:.3f}, ..., solved {a['solved']:.3f}`" in readme
+    assert f"`before RL: accuracy {b['accuracy']:.3f}, ..., solved {b['solved']:.3f}`" in readme
+
+def test_order_figures_in_readme_are_the_experiments():
+    readme = ' '.join((ROOT/'README.md').read_text().split())
+    S = json.loads((RES/'summary.json').read_text())['order']
+    sb = S['sampled_before']
+    assert f"before RL `accuracy {sb['accuracy']:.3f}, solved {sb['solved']:.3f}, good order {sb['good_order']:.3f}`" in readme
+    for arm, name in (('mask_aware_1', 'mask-aware'), ('token_only', 'token-only')):
+        r = json.loads((RES/'order'/f'{arm}_s0.json').read_text())['sampled_after']
+        assert f"`accuracy {r['accuracy']:.3f}, solved {r['solved']:.3f}, good order {r['good_order']:.3f}` {name}" in readme
+    a, t = S['arms']['mask_aware_1'], S['arms']['token_only']
+    pct = lambda m: f"{100 * m['mean']:.1f} ± {100 * m['std']:.1f}%"
+    assert f"solves {pct(a['sampled_after.solved'])[:-1]}" in readme and f"{pct(a['sampled_after.good_order'])} of its samples" in readme
+    assert f"token-only RL {pct(t['sampled_after.solved'])} and {pct(t['sampled_after.good_order'])}" in readme
+    for k in ('sampled_after.solved', 'sampled_after.good_order'):
+        assert a[k]['vs_token_only']['positive'] == a[k]['n'] == 6                 # "higher on every seed"
+
+@pytest.mark.skipif('slow' not in os.environ.get('MAPG_TEST_FLAGS', '').split(), reason="the full default run: MAPG_TEST_FLAGS=slow")
+def test_the_default_command_prints_the_pages_figures(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    p = subprocess.run([sys.executable, ROOT/'scripts'/'train.py', '--output_dir', tmp_path/'site_run', '--progress', 'false'],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
+    assert p.returncode == 0, p.stderr[-3000:]
+    s = json.loads((RUN/'summary.json').read_text())
+    assert f"before RL: {_fmt(s['before'])}\nafter RL:  {_fmt(s['after'])}" in p.stdout
