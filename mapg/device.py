@@ -22,6 +22,7 @@ _CPU = torch.device('cpu')
 _ATTR = '_mapg_device'                                 # the virtual device, kept in the tensor's own attributes
 _real_device, _real_data = torch._C.TensorBase.device, torch._C.TensorBase.data
 
+# %% ../nbs/15_device.ipynb #681478d0
 def vdevice(t:Tensor)->torch.device:
     "The device `t` lives on in a guarded run (its physical device outside `device_guard`)"
     return getattr(t, _ATTR, None) or _real_device.__get__(t)

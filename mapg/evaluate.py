@@ -817,6 +817,7 @@ def trainer_config(path:str|Path)->dict|None:
     except (OSError, ValueError): return None
     return cfg if isinstance(cfg, dict) and {'dataset', 'task', 'model', 'gen_length'} <= set(cfg) else None
 
+# %% ../nbs/13_evaluate.ipynb #f13dfe4d
 def run_cfgs(run_config:str|Path)->tuple:
     "(RunCfg, RolloutCfg) of a run folder, a checkpoint in it, or a training YAML"
     p = Path(run_config).expanduser()
@@ -825,23 +826,25 @@ def run_cfgs(run_config:str|Path)->tuple:
     if cfg is None: raise ConfigError('run_config', f"{run_config} holds no trainer config.json; pass a run's output_dir, a checkpoint in it, or a training YAML")
     return tuple(c(**{f.name: cfg[f.name] for f in fields(c) if f.name in cfg}) for c in (RunCfg, RolloutCfg))
 
+# %% ../nbs/13_evaluate.ipynb #844517ef
 def is_toy_dir(path:str|Path)->bool:
     "Whether a model folder holds the toy's character tokenizer (the toy, pretrained or trained)"
     try: return json.loads((Path(path).expanduser()/'tokenizer.json').read_text())['model']['vocab'] == toy_tokenizer().get_vocab()
     except (OSError, ValueError, KeyError, TypeError): return False
 
+# %% ../nbs/13_evaluate.ipynb #ddda09d2
 def toy_default()->Path|None:
     "The toy default's configuration, `configs/toy_sudoku.yaml` of a source checkout (None where there is none)"
     import mapg
     p = Path(mapg.__file__).resolve().parent.parent/'configs'/'toy_sudoku.yaml'
     return p if p.is_file() else None
 
+# %% ../nbs/13_evaluate.ipynb #c14c1aa4
 def shown_name(args:EvalArgs)->str:
     "What results are named after: the run (and checkpoint) evaluated, else the model"
     rc = Path(args.run_config) if args.run_config else None
     if rc is not None and rc.is_dir(): return f"{rc.resolve().parent.name}/{rc.name}" if (rc/'trainer_state.json').exists() else rc.resolve().name
     return 'toy' if args.model == 'toy' else Path(args.model).name
-
 
 # %% ../nbs/13_evaluate.ipynb #527aa201
 _DEFAULTS = {f.name: f.default_factory() if f.default_factory is not MISSING else f.default for f in fields(EvalArgs)}
@@ -926,6 +929,7 @@ def trainer_records(args:EvalArgs, tok)->tuple:
     run, _ = run_cfgs(args.run_config)
     return eval_records(dataclasses.replace(run, eval_size=args.limit), tok), run.task
 
+# %% ../nbs/13_evaluate.ipynb #eecd012f
 def eval_trainer_cell(model:'MDLM',       # an MDLM with its tokenizer
                       records:list,       # the run's held-out records (`trainer_records`)
                       task:str,           # the run's reward task
@@ -953,6 +957,7 @@ def eval_trainer_cell(model:'MDLM',       # an MDLM with its tokenizer
     (item_dir/f"{cell.name}.rank{rank}.jsonl").write_text(''.join(json.dumps(it, ensure_ascii=False) + '\n' for it in items), encoding='utf-8')
     (item_dir/f"{cell.name}.rank{rank}.sums.json").write_text(json.dumps(dict(sums=sums, n=len(mine))))
 
+# %% ../nbs/13_evaluate.ipynb #da3bfce6
 def trainer_figures(files:Iterable[str|Path])->dict:
     "The trainer's figures (`greedy_eval`'s means, as fractions) from every process's sums, added as its reduce adds them"
     parts = [json.loads(Path(f).read_text()) for f in files]
@@ -960,7 +965,6 @@ def trainer_figures(files:Iterable[str|Path])->dict:
     keys = sorted(set().union(*(p['sums'] for p in parts)) | {'reward'})
     tot = sum(torch.tensor([p['sums'].get(k, 0.) for k in keys] + [float(p['n'])], dtype=torch.float64) for p in parts)
     return {k: (tot[i] / tot[-1]).item() for i, k in enumerate(keys)}
-
 
 # %% ../nbs/13_evaluate.ipynb #fcb62ba2
 _SAME = ('protocol', 'model', 'kind', 'checkpoint', 'run_config', 'steps_per_token', 'steps', 'temperature', 'remasking', 'pos_temperature', 'score',

@@ -197,6 +197,7 @@ def _one_process_fix(roll:RolloutCfg, upd:UpdateCfg, n_proc:int)->str:
 
 TOY_TASKS = dict(toy_sudoku='sudoku', toy_order='order')   # the toy datasets and the task that scores each
 
+# %% ../nbs/12_train.ipynb #37193b1b
 def validate(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg, n_proc:int=1):
     "Check the configuration before any model is loaded, naming the bad field"
     def bad(field, msg): raise ConfigError(field, msg)
@@ -357,6 +358,7 @@ def toy_pretraining_pairs(dataset:str, tok:PreTrainedTokenizerBase)->list:
     recs = toy_sudoku(4096, 'train', seed=12345, tok=tok)
     return [(tok(r['text'])['input_ids'], tok(r['solution'])['input_ids']) for r in recs]
 
+# %% ../nbs/12_train.ipynb #60bb7f4e
 def pretrained_toy(run:RunCfg, roll:RolloutCfg)->Path:
     "Directory of the pretrained toy for `run`'s size and pretraining settings: the shipped one, else built once and cached"
     data = run.dataset if run.dataset in TOY_TASKS else 'toy_sudoku'   # another dataset's run starts from the Sudoku toy
@@ -454,6 +456,7 @@ def rollout_stage(m:MDLM,                 # the policy
     metrics['reward_std'] = all_rew.std().item() if len(all_rew) > 1 else 0.
     return Batch(rollout, mine, rew, adv, metrics), dict(rollout=t1 - t0, scoring=t2 - t1)
 
+# %% ../nbs/12_train.ipynb #de47c37a
 def cycle_gens(gen:torch.Generator, # this process's sampling randomness
                n:int                # rollout batches in the cycle
               )->list:              # n generators, the first `gen` itself
@@ -466,6 +469,7 @@ def _rows(r:Rollout, rows:slice)->Rollout:
     "Rows `rows` of `r`, as a rollout with tensors of its own"
     return dataclasses.replace(r, **{f.name: getattr(r, f.name)[rows].clone() for f in fields(r) if isinstance(getattr(r, f.name), Tensor)})
 
+# %% ../nbs/12_train.ipynb #f91e4ca5
 def cycle_rollouts(m:MDLM,              # the policy
                    batches:list,        # the global batches of records of one cycle, each record repeated G times
                    roll:RolloutCfg,

@@ -121,7 +121,7 @@ def test_readme_1gpu_command_shrunk(tmp_path):
     model = tiny_checkpoint('llada', 'real', **SIZE)
     assert ONE_GPU in ' '.join((ROOT/'README.md').read_text().replace('\\\n', ' ').split())
     words = ONE_GPU.split()
-    cmd = [sys.executable, '-m', 'accelerate.commands.launch', *words[2:4], *words[4:], '--model', str(model),
+    cmd = [sys.executable, '-m', 'accelerate.commands.launch', *words[2:4], *words[4:], '--model', str(model), '--load_in_4bit', 'false',
            '--max_prompt_len', '16', '--gen_length', '16', '--block_length', '16', '--steps', '16', '--n_segments', '16',
            '--eval_size', '0', '--reward_workers', '1', '--no_report', '--no_progress', '--max_steps', '1', '--output_dir', str(tmp_path/'run')]
     p = subprocess.run(cmd, env={**os.environ, 'OMP_NUM_THREADS': '1'}, capture_output=True, text=True, timeout=900, cwd=ROOT)

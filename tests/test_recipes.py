@@ -12,7 +12,7 @@ from mapg.train import parse_cfg, train
 from mapg.device import device_guard
 
 ROOT = Path(__file__).resolve().parent.parent
-RECIPES = sorted(p.name for p in (ROOT/'configs').glob('*.yaml') if p.name != 'toy_sudoku.yaml')
+RECIPES = sorted(p.name for p in (ROOT/'configs').glob('*.yaml') if not p.name.startswith('toy_'))   # the paper's recipes
 LOCAL = {'math': 'data/samples/math_train_sample.jsonl', 'kodcode': 'data/samples/kodcode_light_rl_sample.jsonl',
          'countdown': 'data/samples/countdown_train_sample.jsonl'}       # training sets that live on the hub
 EVAL_TASK = dict(gsm8k='gsm8k', math='math', code='humaneval', sudoku='sudoku', countdown='countdown')
