@@ -931,7 +931,7 @@ def trainer_records(args:EvalArgs, tok)->tuple:
 
 # %% ../nbs/13_evaluate.ipynb #eecd012f
 def eval_trainer_cell(model:'MDLM',       # an MDLM with its tokenizer
-                      records:list,       # the run's held-out records (`trainer_records`)
+                      records:list,       # the run's held-out records (from trainer_records)
                       task:str,           # the run's reward task
                       cell:Cell,          # the run's gen_length and block_length, T = L/2, greedy
                       item_dir:Path,      # directory of this row's item files

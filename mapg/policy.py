@@ -79,7 +79,7 @@ def _by_rows(fn, generator, *xs:Tensor):
 # %% ../nbs/04_policy.ipynb #1c371a23
 def propose(logits:Tensor,        # [..., V] logits of the eligible positions
             temperature:float,    # tau_tok; 0 is argmax
-            generator:torch.Generator|list|None=None # or one generator per equal block of rows (`_by_rows`)
+            generator:torch.Generator|list|None=None # or one generator per equal block of rows
            )->tuple:              # ([...] int64 proposed tokens, [...] float32 their log softmax(logits/temperature))
     "A token per position from softmax(`logits`/`temperature`) by Gumbel-max, with its log-probability"
     if isinstance(generator, (list, tuple)) and temperature != 0: return _by_rows(lambda l, g: propose(l, temperature, g), generator, logits)
@@ -109,7 +109,7 @@ def pick_positions(scores:Tensor,            # [B, m] scores v of the m candidat
                    k:int,                    # positions to keep
                    remasking:str='plackett_luce', # 'plackett_luce' | 'greedy' | 'random'
                    tau:float=0.5,            # Plackett-Luce temperature
-                   generator:torch.Generator|list|None=None # or one generator per equal block of rows (`_by_rows`)
+                   generator:torch.Generator|list|None=None # or one generator per equal block of rows
                   )->tuple:                  # ([B, k] int64 picks into the m candidates, in order; [B, k] float32 log-probs)
     "Ordered picks of `k` candidates and the log-probability of each pick given the earlier ones"
     if isinstance(generator, (list, tuple)) and remasking != 'greedy':
