@@ -96,6 +96,9 @@ def _prompt(model, batch:int, prompt_len:int, seed:int=0):
     return p.masked_fill(p == model.mask_id, (model.mask_id + 1) % V)
 
 # %% ../nbs/14_bench.ipynb #447096dc
+# the paper's rollout setting (the recipes' defaults): what the sampler figures time unless told otherwise
+_ROLLOUT = dict(gen_length=256, block_length=32, steps=128, temperature=0.9, remasking='plackett_luce', pos_temperature=0.5, score='max_logit')
+
 def sampler_overhead(model:'MDLM',          # an MDLM
                      batch:int=8,           # prompts per call
                      prompt_len:int=16,     # prompt tokens
@@ -104,7 +107,7 @@ def sampler_overhead(model:'MDLM',          # an MDLM
                      **gen                  # generate's settings (default: the paper's rollout setting)
                     )->Figure:
     "`generate` time over the time of as many bare forward passes of the model on a canvas of the same shape"
-    s = dict(dict(gen_length=256, block_length=32, steps=128, temperature=0.9, remasking='plackett_luce', pos_temperature=0.5, score='max_logit'), **gen)
+    s = dict(_ROLLOUT, **gen)
     dev, net = model.device, model.model
     prompt = _prompt(model, batch, prompt_len)
     canvas = torch.cat([prompt, torch.full((batch, s['gen_length']), model.mask_id, device=dev)], 1)
@@ -130,7 +133,7 @@ def rollout_cycle(model:'MDLM',          # an MDLM
                   **gen                  # generate's settings (default: the paper's rollout setting)
                  )->Figure:
     "Time of one `generate` call on a cycle's `accum` batches (a generator each) over `accum` calls of one batch each"
-    s = dict(dict(gen_length=256, block_length=32, steps=128, temperature=0.9, remasking='plackett_luce', pos_temperature=0.5, score='max_logit'), **gen)
+    s = dict(_ROLLOUT, **gen)
     dev, prompt = model.device, _prompt(model, batch * accum, prompt_len)
     gens = lambda: [make_gen(i, dev) for i in range(accum)]
     def per_batch():
