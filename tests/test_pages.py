@@ -1,8 +1,10 @@
 """The pages' stored figures are what their commands print: the train-the-toy tutorial's saved run (`toy_run/`) is the
 shipped default command's, its tables and printed lines are that run's, and the figures of the order task in the
-README and index are the saved experiment's, whose runs are the shipped `configs/toy_order.yaml` command. The slow case
-(`MAPG_TEST_FLAGS=slow`) runs the default command again and compares every figure."""
-import json, os, re, subprocess, sys
+README and index are the saved experiment's, whose runs are the shipped `configs/toy_order.yaml` command. The 8-GPU
+tutorial's CPU rehearsal is copied from the page and run as written, and every page that states the position term's
+cost states the one figure measured on one H200 (`gpu_h200/figures.json`). The slow case (`MAPG_TEST_FLAGS=slow`) runs
+the default command again and compares every figure."""
+import json, os, re, shlex, subprocess, sys
 from pathlib import Path
 import pytest
 from mapg.train import parse_cfg, resolved_config, load_policy, eval_records, greedy_eval
@@ -11,6 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT/'nbs'/'tutorials'/'toy_run'
 PAGE = ROOT/'nbs'/'tutorials'/'train_toy.ipynb'
 RES = ROOT/'nbs'/'explanations'/'results'
+EIGHT = ROOT/'nbs'/'tutorials'/'eight_gpus.ipynb'
+
+def _markdown(nb): return '\n'.join(''.join(c['source']) for c in json.loads(Path(nb).read_text())['cells'] if c['cell_type'] == 'markdown')
+
+def _sh_block(nb, heading:str)->str:
+    "The first `sh` block under `heading` in a page's markdown, joined into one line as a shell reads it"
+    text = _markdown(nb).split(heading, 1)[1]
+    return ' '.join(text.split('```sh\n', 1)[1].split('```', 1)[0].replace('\\\n', ' ').split())
 
 def _fmt(d): return ', '.join(f"{k} {v:.3f}" for k, v in d.items())
 def _cells(nb): return {c['id']: c for c in json.loads(Path(nb).read_text())['cells']}
@@ -66,3 +76,38 @@ def test_the_default_command_prints_the_pages_figures(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     s = json.loads((RUN/'summary.json').read_text())
     assert f"before RL: {_fmt(s['before'])}\nafter RL:  {_fmt(s['after'])}" in p.stdout
+
+def test_eight_gpus_cpu_rehearsal_runs_as_written(tmp_path):
+    "The 8-GPU tutorial's CPU rehearsal, copied from the page and run as written (one process, the shipped toy); it prints and writes what the page says"
+    cmd = _sh_block(EIGHT, '## Rehearse on a CPU')
+    words = shlex.split(cmd)
+    assert words[:4] == ['accelerate', 'launch', '--config_file', 'configs/accelerate/1gpu.yaml'] and '--model' in words, cmd
+    text = ' '.join(_markdown(EIGHT).split())
+    for name in ('configs', 'scripts'): (tmp_path/name).symlink_to(ROOT/name)     # a reader's checkout; the run writes under tmp_path
+    env = {**os.environ, 'OMP_NUM_THREADS': '1', 'CUDA_VISIBLE_DEVICES': ''}
+    p = subprocess.run([sys.executable, '-m', 'accelerate.commands.launch', *words[2:]], env=env, capture_output=True, text=True,
+                       timeout=900, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    out = tmp_path/words[words.index('--output_dir') + 1]
+    said = f"`report: {out.relative_to(tmp_path)}/report.html`"
+    assert said in text and said.strip('`') in p.stdout
+    assert 'were not passed' not in p.stderr                                        # 1gpu.yaml sets what accelerate asks for
+    rs = [json.loads(l) for l in (out/'metrics.jsonl').read_text().splitlines()]
+    assert [r['optimizer_steps'] for r in rs] == [1, 2] and not any(r['skipped'] for r in rs)
+    assert rs[0]['fwd_per_seq'] == 16 + 12 and '`fwd_per_seq` 28 on the first' in text
+    assert all((out/n).exists() for n in ('checkpoint-1', 'checkpoint-2', 'report.html'))
+    saved = json.loads((out/'config.json').read_text())
+    assert (saved['per_device_batch'], saved['grad_accum'], saved['micro_batch'], saved['group_size']) == (6, 8, 36, 6)
+    assert saved['per_device_batch'] * saved['grad_accum'] == 48 and 'two optimizer steps of 48 completions each' in text
+
+def test_one_position_term_cost_across_pages():
+    "Every page that states the position term's cost states the one measured figure: scripts/gpu_phases.py's on one H200"
+    fig = next(f for f in json.loads((ROOT/'nbs'/'tutorials'/'gpu_h200'/'figures.json').read_text()) if f['name'].startswith('position-term'))
+    said = f"{100 * (fig['ratio'] - 1):.1f} % of an update step"
+    assert 'B=2 N=32 K=12 L=256 T=128' in fig['detail']
+    pages = {'README.md': (ROOT/'README.md').read_text(), 'index': _markdown(ROOT/'nbs'/'index.ipynb'), 'eight_gpus': _markdown(EIGHT),
+             '14_bench': _markdown(ROOT/'nbs'/'14_bench.ipynb')}
+    for name, t in pages.items():
+        t = ' '.join(t.split())
+        assert said in t, name
+        for stale in ('added 0.1 % to the update', 'adds under 1 % to an update'): assert stale not in t, (name, stale)
