@@ -671,7 +671,7 @@ def add_lora(m:MDLM,                 # the adapter to wrap
 # %% ../nbs/03_models.ipynb #d789732a
 def check_4bit_grads(model:nn.Module # a model loaded with load_in_4bit
                     ):
-    "Raise, naming `--load_in_4bit false`, unless a tiny backward through each kind of 4-bit layer gives its input a gradient"
+    "Raise, naming `--load_in_4bit false`, unless a tiny rollout pass then a backward through each kind of 4-bit layer gives its input a gradient"
     import bitsandbytes as bnb
     kinds = {}
     for n, mod in model.named_modules():   # one layer per (in, out, bias): bitsandbytes picks its kernel by shape and bias
@@ -680,12 +680,19 @@ def check_4bit_grads(model:nn.Module # a model loaded with load_in_4bit
         dev = layer.weight.device
         x = torch.randn(1, 2, layer.in_features, generator=torch.Generator(dev).manual_seed(0), device=dev,
                         dtype=layer.compute_dtype or torch.float32).requires_grad_()
-        with torch.enable_grad():
-            y = layer(x)
-            if y.requires_grad: y.float().square().sum().backward()
-        if x.grad is None or not bool(torch.isfinite(x.grad).all()) or not bool(x.grad.abs().sum() > 0):
-            raise RuntimeError(f"load_in_4bit: no gradient flows through bitsandbytes' NF4 layer `{n}` on {dev.type} (LoRA around and "
-                               f"below it would not train); use --load_in_4bit false here, or NF4 on a CUDA GPU")
+        why = ''
+        # the order training uses: a pass without gradients first (a rollout; bitsandbytes' CPU backend repacks the weight
+        # on it), then the update's pass with them
+        with torch.no_grad(): layer(x.detach())
+        try:
+            with torch.enable_grad():
+                y = layer(x)
+                if y.requires_grad: y.float().square().sum().backward()
+        except RuntimeError as e: why = f": {e}"
+        if why or x.grad is None or not bool(torch.isfinite(x.grad).all()) or not bool(x.grad.abs().sum() > 0):
+            raise RuntimeError(f"load_in_4bit: no gradient flows through bitsandbytes' NF4 layer `{n}` on {dev.type} after a "
+                               f"rollout pass{why} (LoRA around and below it would not train); use --load_in_4bit false here, "
+                               f"or NF4 on a CUDA GPU")
 
 # %% ../nbs/03_models.ipynb #ckpt0002
 def _blocks(model:nn.Module, kind:str|Family='hf-mlm')->list[nn.Module]:

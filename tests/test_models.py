@@ -74,7 +74,7 @@ def test_llada_standin_masks_padding_keys():
 def test_4bit_toy_with_lora(tmp_path):
     pytest.importorskip('bitsandbytes')
     save_toy(tmp_path)
-    m4 = load_model(tmp_path, kind='toy', load_in_4bit=True, lora=dict(r=4), device='cpu')
+    m4 = add_lora(load_model(tmp_path, kind='toy', load_in_4bit=True, device='cpu'), r=4)   # no probe: bitsandbytes' CPU backend may refuse to train
     mf = load_model(tmp_path, kind='toy', device='cpu')
     base = m4.model.get_base_model()
     kinds = {type(mod.base_layer).__name__ for n, mod in base.named_modules() if hasattr(mod, 'base_layer') and 'lora' not in n}
@@ -83,6 +83,26 @@ def test_4bit_toy_with_lora(tmp_path):
     x = torch.tensor([[40, 41, 42, 1, 1, 1]])
     with torch.no_grad(): a, b = m4.logits(x), mf.logits(x)
     finite_close(a, b, 0.25 * b[torch.isfinite(b)].abs().max().item())   # NF4 error on a 64-wide toy: a fraction of the logit scale
+
+def test_4bit_probe_decides_what_training_does(tmp_path):
+    "load_model's NF4 probe accepts LoRA exactly where a rollout pass then an update's backward train every NF4 layer's input"
+    pytest.importorskip('bitsandbytes')
+    save_toy(tmp_path)
+    m = load_model(tmp_path, kind='toy', load_in_4bit=True, device='cpu')
+    x = torch.tensor([[40, 41, 42, 1, 1, 1]])
+    with torch.no_grad(): m.logits(x)                                          # the rollout's pass
+    xs, hooks = [], [mod.register_forward_pre_hook(lambda mod, a: xs.append(a[0]) or a[0].retain_grad())
+                     for mod in m.model.modules() if type(mod).__name__ == 'Linear4bit']
+    m.model.get_input_embeddings().weight.requires_grad_(True)
+    try:
+        with torch.enable_grad(): m.logits(x).float().logsumexp(-1).sum().backward()
+        trains = all(a.grad is not None and bool(a.grad.abs().sum() > 0) for a in xs)
+    except RuntimeError: trains = False
+    for h in hooks: h.remove()
+    lora4 = lambda: load_model(tmp_path, kind='toy', load_in_4bit=True, lora=dict(r=4), device='cpu')
+    if trains: assert lora4().lora_target_names()
+    else:
+        with pytest.raises(RuntimeError, match=r"no gradient flows through bitsandbytes' NF4 layer .* use --load_in_4bit false"): lora4()
 
 def test_missing_optional_packages_raise_clearly(monkeypatch, tmp_path):
     save_toy(tmp_path)
