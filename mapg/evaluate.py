@@ -19,24 +19,25 @@ from .rewards_math import math_equal
 from .sampler import generate
 from .faults import ConfigError, latest_checkpoint, compute_begins
 from .train import (prompt_batch, completions_text, hub_id_or_folder, field_docs, score_completions, eval_records, parse_cfg, pretrained_toy,
-                        RunCfg, RolloutCfg)
+                        sampled_eval, RunCfg, RolloutCfg, TOY_TASKS)
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
     from mapg.models import MDLM
 
 # %% auto #0
-__all__ = ['TASK_NAMES', 'LENGTHS', 'PUBLISHED', 'PROTOCOLS', 'PREFILL', 'PAPER_TASKS', 'GSM8K_SYSTEM', 'MATH_SYSTEM',
-           'COUNTDOWN_SYSTEM', 'EOS_MARKERS', 'FIXES', 'READERS', 'PaperTable', 'paper_messages', 'paper_records',
-           'Fix', 'cut_eos', 'gsm8k_gold', 'read_gsm8k', 'd1_normal', 'd1_equiv', 'read_math', 'arith_value',
-           'read_countdown', 'read_sudoku', 'read', 'paper_score', 'fixes_table', 'EvalArgs', 'Cell', 'docments_parser',
-           'parse_eval_args', 'find_checkpoints', 'load_for_eval', 'encode_prompts', 'parse_answer', 'read_items',
-           'eval_cell', 'eos_markers', 'max_positions', 'hash_name', 'summarize', 'trainer_config', 'run_cfgs',
-           'is_toy_dir', 'toy_default', 'shown_name', 'resolve', 'trainer_records', 'eval_trainer_cell',
-           'trainer_figures', 'evaluate', 'Results', 'model_kind', 'collect', 'markdown_tables', 'results_figure',
-           'write_results', 'eval_cli']
+__all__ = ['TASK_NAMES', 'TOY_ONLY', 'LENGTHS', 'PUBLISHED', 'PROTOCOLS', 'PREFILL', 'PAPER_TASKS', 'SAMPLED_KEYS',
+           'GSM8K_SYSTEM', 'MATH_SYSTEM', 'COUNTDOWN_SYSTEM', 'EOS_MARKERS', 'FIXES', 'READERS', 'PaperTable',
+           'paper_messages', 'paper_records', 'Fix', 'cut_eos', 'gsm8k_gold', 'read_gsm8k', 'd1_normal', 'd1_equiv',
+           'read_math', 'arith_value', 'read_countdown', 'read_sudoku', 'read', 'paper_score', 'fixes_table',
+           'EvalArgs', 'Cell', 'docments_parser', 'parse_eval_args', 'find_checkpoints', 'load_for_eval',
+           'encode_prompts', 'parse_answer', 'read_items', 'eval_cell', 'eos_markers', 'max_positions', 'hash_name',
+           'summarize', 'trainer_config', 'run_cfgs', 'is_toy_dir', 'toy_default', 'toy_dataset', 'shown_name',
+           'resolve', 'trainer_records', 'eval_trainer_cell', 'trainer_figures', 'evaluate', 'Results', 'model_kind',
+           'base_model', 'collect', 'markdown_tables', 'results_figure', 'write_results', 'eval_cli']
 
 # %% ../nbs/13_evaluate.ipynb #2be5d09b
-TASK_NAMES = dict(gsm8k='GSM8K', math='MATH500', humaneval='HumanEval', mbpp='MBPP', sudoku='Sudoku', countdown='Countdown')
+TASK_NAMES = dict(gsm8k='GSM8K', math='MATH500', humaneval='HumanEval', mbpp='MBPP', sudoku='Sudoku', countdown='Countdown', order='Order (toy)')
+TOY_ONLY = ('order',)   # tasks with no evaluation set of their own: only the 'trainer' protocol scores them (a toy_order run's held-out prompts)
 LENGTHS = (128, 256, 512)
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ PUBLISHED = {t.key: t for t in (
 PROTOCOLS = ('paper', 'mapg', 'trainer')
 PREFILL = '<reasoning>'
 PAPER_TASKS = ('gsm8k', 'math', 'countdown', 'sudoku')
+SAMPLED_KEYS = ('accuracy', 'solved', 'good_order')   # the order task's sampled figures, in the order the trainer prints them
 
 # %% ../nbs/13_evaluate.ipynb #bfa38771
 _BOXED_FORMAT = "Respond in the following format:\n<reasoning>\nYour reasoning here\n</reasoning>\n<answer>\n\\boxed{...}\n</answer>"
@@ -502,7 +504,7 @@ class EvalArgs:
     checkpoint:str|None=None      # a LoRA adapter or full checkpoint to evaluate on `model`, or a directory of `checkpoint-N` ones
     run_config:str|None=None      # the training run (output_dir, checkpoint or training YAML) whose held-out prompts and settings the 'trainer' protocol uses (set from `model`)
     protocol:str='paper'          # 'paper': d1's evaluation prompts and answer reading (SPG's for Sudoku), with the documented corrections | 'mapg': the training prompts and reward | 'trainer': a run's held-out prompts as train scores them before and after RL
-    tasks:list[str]=field(default_factory=lambda: list(TASK_NAMES)) # tasks: gsm8k math humaneval mbpp sudoku countdown
+    tasks:list[str]=field(default_factory=lambda: [t for t in TASK_NAMES if t not in TOY_ONLY]) # tasks: gsm8k math humaneval mbpp sudoku countdown (order: a toy_order run's, 'trainer' protocol only)
     lengths:list[int]=field(default_factory=lambda: list(LENGTHS))  # generation lengths L
     block_lengths:list[int]=field(default_factory=lambda: [32])     # block lengths (0: one block of L); ablation: 32 64 0
     steps_per_token:float=0.5     # denoising steps per generated token: T = steps_per_token * L (the paper: 0.5)
@@ -522,6 +524,7 @@ class EvalArgs:
     reward_workers:int=0          # rewards scored at once, in threads (code: a sandbox each) (0: one per CPU)
     output_dir:str='eval_results' # where items, results.json, results.md and results.html go
     label:str|None=None           # row label of a single model or checkpoint (default: 'base' or the checkpoint's name)
+    base_row:bool=True            # with checkpoints (a run, a checkpoint of it, or --checkpoint): also evaluate the model they were trained from, as the first row 'base'
     progress:bool=True            # progress bar on the main process
     plot:bool=True                # write the plotly chart results.html
 
@@ -530,18 +533,23 @@ class EvalArgs:
         bad = [t for t in self.tasks if t not in TASK_NAMES]
         if bad: raise ValueError(f"tasks: unknown {bad}; choose from {list(TASK_NAMES)}")
         if not self.tasks: raise ValueError("tasks: none given")
-        if self.protocol not in PROTOCOLS: raise ValueError(f"protocol={self.protocol!r}: choose one of {list(PROTOCOLS)}")
+        if self.protocol not in PROTOCOLS: raise ValueError(f"protocol: {self.protocol!r} is not a protocol; choose one of {list(PROTOCOLS)}")
+        if self.protocol != 'trainer' and (toy := [t for t in self.tasks if t in TOY_ONLY]):
+            raise ValueError(f"tasks: {toy} is scored by the 'trainer' protocol only; pass a toy_order run (or data/toy/toy_order_pretrained) as --model")
         for f in ('lengths', 'block_lengths'):
             v = getattr(self, f)
-            if not v or any(not isinstance(x, int) or x < (1 if f == 'lengths' else 0) for x in v): raise ValueError(f"{f} must be a list of {'positive' if f == 'lengths' else 'non-negative'} integers, got {v!r}")
-        if not self.steps_per_token > 0: raise ValueError(f"steps_per_token must be > 0, got {self.steps_per_token}")
+            if not v or any(not isinstance(x, int) or x < (1 if f == 'lengths' else 0) for x in v): raise ValueError(f"{f}: must be a list of {'positive' if f == 'lengths' else 'non-negative'} integers, got {v!r}")
+        if not self.steps_per_token > 0: raise ValueError(f"steps_per_token: must be > 0, got {self.steps_per_token}")
         for f in ('batch_size', 'limit', 'max_prompt_len', 'steps'):
             v = getattr(self, f)
-            if v is not None and (not isinstance(v, int) or v < 1): raise ValueError(f"{f} must be a positive integer, got {v!r}")
-        if self.dtype not in ('bfloat16', 'float16', 'float32'): raise ValueError(f"dtype={self.dtype!r}: expected bfloat16, float16 or float32")
-        if not 0 <= self.shots <= 3: raise ValueError(f"shots must be in 0..3, got {self.shots}")
-        if self.reward_workers < 0: raise ValueError(f"reward_workers must be >= 0, got {self.reward_workers}")
-        for c in self.cells(): c.settings     # every (L, block, T) and the sampler's settings are checked here
+            if v is not None and (not isinstance(v, int) or v < 1): raise ValueError(f"{f}: must be a positive integer, got {v!r}" + ('; leave it out to score every item' if f == 'limit' else ''))
+        if self.dtype not in ('bfloat16', 'float16', 'float32'): raise ValueError(f"dtype: {self.dtype!r} is not one; choose bfloat16, float16 or float32")
+        if not 0 <= self.shots <= 3: raise ValueError(f"shots: must be in 0..3, got {self.shots}")
+        if self.reward_workers < 0: raise ValueError(f"reward_workers: must be >= 0, got {self.reward_workers}")
+
+    def check_cells(self):
+        "Check every cell's (L, block, T) and sampler settings (`resolve` does, once a run has given its own lengths)"
+        for c in self.cells(): c.settings
 
     def cells(self)->list:
         "Every (task, L, block_length) cell of the run, in table order"
@@ -563,10 +571,13 @@ class Cell:
 
     @property
     def settings(self)->GenSettings:
-        "The sampler's settings of this cell (checked; the error names the cell)"
+        "The sampler's settings of this cell (checked; the error names the field, then the cell)"
         a = self.args
         try: return GenSettings(self.L, self.block, self.T, a.temperature, a.remasking, a.pos_temperature, a.score)
-        except ValueError as e: raise ValueError(f"{self.name}: {e}") from None
+        except ValueError as e:
+            f = next((f for f in ('steps', 'remasking', 'score', 'pos_temperature', 'temperature') if str(e).startswith(f)), 'lengths')
+            fix = '; choose lengths that are multiples of block_lengths (0: one block of L)' if f == 'lengths' else ''
+            raise ValueError(f"{f}: {self.name}: {e}{fix}") from None
 
 # %% ../nbs/13_evaluate.ipynb #192f3748
 def _with_help(cls):
@@ -677,6 +688,7 @@ def parse_answer(task:str, text:str)->str|None:
     if task == 'sudoku':
         a = answer_tag(text)
         return None if a is None else ''.join(c for c in a if c.isdigit())[:16]
+    if task == 'order': return text[:8] or None      # the 8 cells, as order_reward reads them
     return answer_tag(text)
 
 # %% ../nbs/13_evaluate.ipynb #35b08b2d
@@ -833,11 +845,18 @@ def is_toy_dir(path:str|Path)->bool:
     except (OSError, ValueError, KeyError, TypeError): return False
 
 # %% ../nbs/13_evaluate.ipynb #ddda09d2
-def toy_default()->Path|None:
-    "The toy default's configuration, `configs/toy_sudoku.yaml` of a source checkout (None where there is none)"
+def toy_default(dataset:str='toy_sudoku' # a toy dataset: 'toy_sudoku' (the toy default's) or 'toy_order'
+               )->Path|None:
+    "A toy dataset's configuration, `configs/<dataset>.yaml` of a source checkout (None where there is none)"
     import mapg
-    p = Path(mapg.__file__).resolve().parent.parent/'configs'/'toy_sudoku.yaml'
+    p = Path(mapg.__file__).resolve().parent.parent/'configs'/f'{dataset}.yaml'
     return p if p.is_file() else None
+
+# %% ../nbs/13_evaluate.ipynb #toyds0fn
+def toy_dataset(path:str|Path)->str:
+    "The toy dataset a toy model folder is the start of: the one its name begins with (`toy_order_pretrained`, a cached `toy_order-…`), else the toy default's"
+    name = Path(path).expanduser().resolve().name
+    return next((d for d in TOY_TASKS if name.startswith(d)), 'toy_sudoku')
 
 # %% ../nbs/13_evaluate.ipynb #c14c1aa4
 def shown_name(args:EvalArgs)->str:
@@ -893,10 +912,11 @@ def resolve(args:EvalArgs)->EvalArgs:
         new.update(run_config=str(ck), checkpoint=str(ck), model='toy' if toy and not run.lora_r else
                    str(pretrained_toy(run, roll)) if toy else run.model)   # an adapter of the toy goes on the pretrained toy it was trained from
         new.update({k: v for k, v in dict(kind='toy' if toy else run.model_kind, dtype=run.dtype, load_in_4bit=run.load_in_4bit,
-                   max_prompt_len=roll.max_prompt_len, protocol='trainer' if run.dataset == 'toy_sudoku' else 'paper').items() if k not in given})
+                   max_prompt_len=roll.max_prompt_len, protocol='trainer' if run.dataset in TOY_TASKS else 'paper').items() if k not in given})
     elif args.model != 'toy' and Path(args.model).expanduser().is_dir() and is_toy_dir(args.model):
         if 'kind' not in given: new['kind'] = 'toy'
-        if not args.run_config and (y := toy_default()): new['run_config'] = str(y)
+        up = Path(args.model).expanduser().resolve().parent       # a checkpoint's `model/` folder: read with its run's config
+        if not args.run_config and (y := up if trainer_config(up) is not None else toy_default(toy_dataset(args.model))): new['run_config'] = str(y)
         if 'protocol' not in given and new.get('run_config', args.run_config): new['protocol'] = 'trainer'
     else: _check_model(args.model)
     a = dataclasses.replace(args, **new)          # checked again by __post_init__
@@ -905,21 +925,25 @@ def resolve(args:EvalArgs)->EvalArgs:
                                                "or a checkpoint) as --model, or name it with --run_config")
         run, roll = run_cfgs(a.run_config)
         task = _task(run)
-        if task not in TASK_NAMES: raise ConfigError('protocol', f"'trainer' needs a run whose dataset is a task of {list(TASK_NAMES)} or toy_sudoku, "
+        if task not in TASK_NAMES: raise ConfigError('protocol', f"'trainer' needs a run whose dataset is a task of {list(TASK_NAMES)} or a toy's ({', '.join(TOY_TASKS)}), "
                                                      f"not {run.dataset!r}; choose --protocol paper")
         if 'tasks' in given and a.tasks != [task]: raise ConfigError('tasks', f"the 'trainer' protocol evaluates the run's own task, {task}; "
                                                                      "drop --tasks, or choose --protocol paper")
         if not (a.limit or run.eval_size): raise ConfigError('limit', "the run held out no prompts (eval_size 0); pass --limit N to score N of them")
-        t = dict(tasks=[task], lengths=[roll.gen_length], block_lengths=[roll.block_length], steps=roll.gen_length // 2,
-                 batch_size=64, limit=a.limit or run.eval_size, max_prompt_len=roll.max_prompt_len)
+        t = dict(tasks=[task], lengths=[roll.gen_length], block_lengths=[roll.block_length], batch_size=64, limit=a.limit or run.eval_size,
+                 max_prompt_len=roll.max_prompt_len, **({} if 'lengths' in given else dict(steps=roll.gen_length // 2)))   # T = L/2 of any L
         a = dataclasses.replace(a, **{k: v for k, v in t.items() if k not in given})
-    elif run_dir is not None and 'tasks' not in given:
+    elif run_dir is not None:
         run, _ = run_cfgs(a.run_config)
-        if run.task not in TASK_NAMES and run.task != 'code':
+        if run.task in TOY_ONLY: raise ConfigError('protocol', f"{run_dir} trained the toy {run.task} task, which only the 'trainer' protocol "
+                                                   f"scores (the run's held-out prompts); drop --protocol {a.protocol}")
+        if run.task not in TASK_NAMES and run.task != 'code' and 'tasks' not in given:
             raise ConfigError('model', f"{run_dir} trained task {run.task!r}, which has no evaluation protocol here; its before/after "
                               "figures are the trainer's (summary.json in the run's folder)")
-        a = dataclasses.replace(a, tasks=[run.dataset] if run.dataset in TASK_NAMES else ['humaneval', 'mbpp'] if run.task == 'code' else [run.task])
+        if 'tasks' not in given:
+            a = dataclasses.replace(a, tasks=[run.dataset] if run.dataset in TASK_NAMES else ['humaneval', 'mbpp'] if run.task == 'code' else [run.task])
     if a.run_config and 'output_dir' not in given: a = dataclasses.replace(a, output_dir=str(Path(_DEFAULTS['output_dir'])/shown_name(a)))
+    a.check_cells()                               # with the run's lengths: every refusal before anything is loaded or written
     return a
 
 
@@ -936,7 +960,7 @@ def eval_trainer_cell(model:'MDLM',       # an MDLM with its tokenizer
                       cell:Cell,          # the run's gen_length and block_length, T = L/2, greedy
                       item_dir:Path,      # directory of this row's item files
                       rank:int=0, world:int=1): # this process and the number of processes
-    "`mapg.train.greedy_eval` on this process's share of `records`, writing one JSON line per item and the trainer's sums"
+    "`mapg.train.greedy_eval` on this process's share of `records`, writing one JSON line per item and the trainer's sums; the order task's `sampled_eval` too"
     a, s, tok = cell.args, cell.settings, model.tokenizer
     mine, n_pos, sums, items = list(range(len(records)))[rank::world], max_positions(model), {}, []
     for b in range(0, len(mine), a.batch_size):
@@ -956,6 +980,9 @@ def eval_trainer_cell(model:'MDLM',       # an MDLM with its tokenizer
     item_dir.mkdir(parents=True, exist_ok=True)
     (item_dir/f"{cell.name}.rank{rank}.jsonl").write_text(''.join(json.dumps(it, ensure_ascii=False) + '\n' for it in items), encoding='utf-8')
     (item_dir/f"{cell.name}.rank{rank}.sums.json").write_text(json.dumps(dict(sums=sums, n=len(mine))))
+    if task == 'order' and rank == 0:    # as the trainer: every prompt, one generator, the run's rollout settings, on one process
+        _, roll = run_cfgs(a.run_config)
+        (item_dir/f"{cell.name}.sampled.json").write_text(json.dumps(sampled_eval(model, records, task, roll)))
 
 # %% ../nbs/13_evaluate.ipynb #da3bfce6
 def trainer_figures(files:Iterable[str|Path])->dict:
@@ -995,26 +1022,33 @@ def evaluate(args:EvalArgs)->dict|None: # the results on the main process (None 
     out = Path(args.output_dir)
     ckpts = find_checkpoints(args.checkpoint) if args.checkpoint else [(args.label or 'base', None, None)]
     if args.label and len(ckpts) == 1: ckpts = [(args.label, ckpts[0][1], ckpts[0][2])]
+    base = base_model(args)
+    rows = [('base', None, None)] * bool(base) + ckpts   # the model the checkpoints were trained from, first
+    fresh = not out.exists()                       # a run refused while it evaluates leaves no folder it made
     if st.is_main_process:
         out.mkdir(parents=True, exist_ok=True); _check_run(out, args)
         if args.protocol == 'trainer': shutil.rmtree(out/'items', ignore_errors=True)   # evaluated whole: its sums are per process
     st.wait_for_everyone()
     kind = None
-    for label, step, path in ckpts:
-        model = load_for_eval(args, path, st.device)
-        compute_begins()                   # the checks are over: from here an unexpected error keeps its traceback
-        kind = kind or model.kind
-        for cell in args.cells():
-            if args.protocol == 'trainer':
-                recs, task = trainer_records(args, model.tokenizer)
-                eval_trainer_cell(model, recs, task, cell, out/'items'/label, st.process_index, st.num_processes)
-                continue
-            recs = _records(args, cell.task, model.tokenizer)
-            eval_cell(model, recs, cell, out/'items'/label, st.process_index, st.num_processes, args.progress and st.is_main_process)
-        del model
+    try:
+        for label, step, path in rows:
+            model = load_for_eval(dataclasses.replace(args, model=base) if base and path is None else args, path, st.device)
+            compute_begins()                   # the checks are over: from here an unexpected error keeps its traceback
+            kind = kind or model.kind
+            for cell in args.cells():
+                if args.protocol == 'trainer':
+                    recs, task = trainer_records(args, model.tokenizer)
+                    eval_trainer_cell(model, recs, task, cell, out/'items'/label, st.process_index, st.num_processes)
+                    continue
+                recs = _records(args, cell.task, model.tokenizer)
+                eval_cell(model, recs, cell, out/'items'/label, st.process_index, st.num_processes, args.progress and st.is_main_process)
+            del model
+    except ConfigError:
+        if fresh and st.is_main_process: shutil.rmtree(out, ignore_errors=True)
+        raise
     st.wait_for_everyone()
     if not st.is_main_process: return None
-    res = collect(args, ckpts, kind)
+    res = collect(args, rows, kind, base)
     write_results(res, out, plot=args.plot)
     return res
 
@@ -1031,30 +1065,43 @@ def model_kind(args:EvalArgs)->str:
     from mapg.models import infer_kind
     return infer_kind(args.model)
 
+# %% ../nbs/13_evaluate.ipynb #basem0fn
+def base_model(args:EvalArgs)->str|None:
+    "The model `args`' checkpoints were trained from (a toy run's pretrained toy); None without checkpoints, with `base_row` off, or when unknown"
+    if not (args.base_row and args.checkpoint): return None
+    if args.model != 'toy': return args.model                  # a LoRA adapter's base, or the model of a paper-task run
+    if args.run_config and trainer_config(args.run_config) is not None: return str(pretrained_toy(*run_cfgs(args.run_config)))
+    return None                                                 # full weights on a fresh toy: what they started from is not known
+
 # %% ../nbs/13_evaluate.ipynb #19113f2d
 def collect(args:EvalArgs,        # the run's arguments
             ckpts:list,           # (label, step, directory) of every row, as find_checkpoints gives them
-            kind:str|None=None    # the model's family (None: `model_kind(args)`)
+            kind:str|None=None,   # the model's family (None: `model_kind(args)`)
+            base:str|None=None    # the model the checkpoints were trained from (its row: the one with no directory)
            )->Results:
-    "Results of a run: settings, protocol, model family, the published tables, and one row per checkpoint (plus final and best)"
+    "Results of a run: settings, protocol, model family, the published tables, the base model's row, and one row per checkpoint (plus final and best)"
     out, rows = Path(args.output_dir), []
-    base = shown_name(args)
-    for label, step, _ in ckpts:
+    shown = shown_name(args)
+    for label, step, path in ckpts:
         cells = {}
         for c in args.cells():
             items = read_items(sorted((out/'items'/label).glob(f"{c.name}.rank*.jsonl")))
             if args.limit: items = {k: v for k, v in items.items() if int(k) < args.limit}
             cells[c.name] = dict(task=c.task, L=c.L, block=c.block, steps=c.T, **summarize(list(items.values())))
             if args.protocol == 'trainer': cells[c.name]['trainer'] = trainer_figures(sorted((out/'items'/label).glob(f"{c.name}.rank*.sums.json")))
-        rows.append(dict(label=label, step=step, kind='checkpoint' if step is not None or args.checkpoint else 'base', protocol=args.protocol, cells=cells))
-    if len(rows) > 1:
-        final = dict(rows[-1], label=f"final ({rows[-1]['label']})", kind='final')
+            if (f := out/'items'/label/f"{c.name}.sampled.json").exists(): cells[c.name]['sampled'] = json.loads(f.read_text())
+        row = dict(label=label, step=step, kind='base' if path is None else 'checkpoint', protocol=args.protocol, cells=cells)
+        if base and path is None: row['model'] = 'toy' if base == 'toy' else Path(base).name
+        rows.append(row)
+    ck = [r for r in rows if r['kind'] == 'checkpoint']
+    if len(ck) > 1:
+        final = dict(ck[-1], label=f"final ({ck[-1]['label']})", kind='final')
         best = dict(label='best (chosen on the test set, per cell)', kind='best', step=None, protocol=args.protocol, cells={})
-        for name in rows[0]['cells']:
-            r = max(rows, key=lambda r: (r['cells'][name].get('accuracy', -1), r['step'] or 0))
+        for name in ck[0]['cells']:
+            r = max(ck, key=lambda r: (r['cells'][name].get('accuracy', -1), r['step'] or 0))
             best['cells'][name] = dict(r['cells'][name], step=r['step'])
         rows = rows + [final, best]
-    return Results(settings=asdict(args), protocol=args.protocol, model_kind=kind or model_kind(args), base=base, rows=rows,
+    return Results(settings=asdict(args), protocol=args.protocol, model_kind=kind or model_kind(args), base=shown, rows=rows,
                 published={k: dict(title=t.title, base=t.base, note=t.note, columns=[list(c) for c in t.columns],
                                    rows={n: [v[c] for c in t.columns] for n, v in t.rows.items()}) for k, t in PUBLISHED.items()})
 
@@ -1095,9 +1142,14 @@ _PROTOCOL_TEXT = dict(
     mapg="mapg's: the training prompts and the training reward's correctness (what the trainer optimises; "
          "not how the published rows were read)",
     trainer="the trainer's: the run's held-out prompts in its prompt format, greedy positions by max_logprob with T = L/2 at its "
-            "gen_length and block_length, scored by the training reward (what `train` prints before and after RL; no published row reads these prompts)")
+            "gen_length and block_length, scored by the training reward (what `train` prints before and after RL; no published row reads these prompts); "
+            "the order task also sampled with the run's rollout settings, with the share decoded in the good order, as `train` prints it")
 
-def _ours(res:dict, r:dict)->str: return f"mapg, {res.get('protocol', 'mapg')} protocol: {r['label']}"
+def _ours(res:dict, r:dict)->str: return f"mapg, {res.get('protocol', 'mapg')} protocol: {r['label']}" + (f" ({r['model']})" if r.get('model') else '')
+
+def _sampled(res:dict)->list:
+    "(row, cell) of every cell with the trainer's sampled figures (the order task), row by row"
+    return [(r, c) for r in res['rows'] for c in r['cells'].values() if c.get('sampled')]
 
 def _table(head:list, published:list, ours:list)->list:
     "Markdown lines of one table: the published rows, a rule, ours"
@@ -1155,9 +1207,16 @@ def markdown_tables(res:dict)->str:
             cs = [r['cells'].get(f"sudoku_L{L}_b{b}", {}) for L, b in sud]
             lines.append(f"| {_ours(res, r)} | " + " | ".join(_fmt(c.get('accuracy')) for c in cs) + " | " + " | ".join(_fmt(c.get('solved')) for c in cs) + " |")
         lines.append("")
+    samp = _sampled(res)
+    if samp:
+        lines += ["## Sampled with the run's rollout settings (the policy RL trains), in %", "",
+                  "| Model | " + " | ".join(k.replace('_', ' ') for k in SAMPLED_KEYS) + " |", "|---|" + "---:|" * len(SAMPLED_KEYS)]
+        lines += [f"| {_ours(res, r)} | " + " | ".join(_fmt(100 * c['sampled'][k]) for k in SAMPLED_KEYS) + " |" for r, c in samp] + [""]
     if proto == 'trainer':
         lines += ["## As the trainer prints it", "", "Means over the held-out prompts, as fractions (the run's \"before RL\" and \"after RL\" lines):", "", "```"]
         lines += [f"{r['label']}: " + ', '.join(f"{k} {v:.3f}" for k, v in c['trainer'].items()) for r in res['rows'] for c in r['cells'].values() if c.get('trainer')]
+        if samp: lines += [f"sampled with the rollout settings (the policy RL trains), {s['limit']} held-out prompts:"] + [
+            f"  {r['label']}: " + ', '.join(f"{k.replace('_', ' ')} {c['sampled'][k]:.3f}" for k in SAMPLED_KEYS) for r, c in samp]
         lines += ["```", ""]
     if any(r['kind'] == 'best' for r in res['rows']):
         lines += ["The *best* row takes, for each cell, the checkpoint with the highest accuracy **on the test set itself** "
@@ -1179,8 +1238,13 @@ def results_figure(res:dict):
             ys = [v.get(k) for k in keys]
             if any(y is not None for y in ys):
                 fig.add_bar(name=n, x=x, y=ys, legendgroup=n, showlegend=not any(d.name == n for d in fig.data), opacity=.45)
-    for r in res['rows']: fig.add_bar(name=_ours(res, r), x=x, y=[_row_value(r, k) for k in keys])
-    fig.update_layout(barmode='group', title=f"Accuracy (%) of {res['base']} ({res.get('protocol', 'mapg')} protocol), with the paper's published rows",
+    samp = sorted({(c['task'], c['L'], c['block']) for _, c in _sampled(res)}, key=keys.index)   # the order task: sampled figures too
+    x += [f"{TASK_NAMES[t]} {L}" + (f" b{b}" if b != 32 else '') + f", sampled: {m.replace('_', ' ')}" for t, L, b in samp for m in SAMPLED_KEYS]
+    def sampled(r, t, L, b, m): return 100 * r['cells'][f"{t}_L{L}_b{b}"]['sampled'][m] if r['cells'].get(f"{t}_L{L}_b{b}", {}).get('sampled') else None
+    for r in res['rows']:   # the base model's row (the run's start) first, then each checkpoint
+        fig.add_bar(name=_ours(res, r), x=x, y=[_row_value(r, k) for k in keys] + [sampled(r, *k, m) for k in samp for m in SAMPLED_KEYS])
+    proto = res.get('protocol', 'mapg')
+    fig.update_layout(barmode='group', title=f"Accuracy (%) of {res['base']} ({proto} protocol)" + ('' if proto == 'trainer' else ", with the paper's published rows"),
                       yaxis_title='accuracy (%)')
     return fig
 

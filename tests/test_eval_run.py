@@ -26,19 +26,44 @@ def run(tmp_path_factory):
     return out, json.loads((out/'summary.json').read_text())
 
 def _figures(out:Path)->tuple:
-    "(results.json, the trainer's figures of its one row)"
+    "(results.json, the trainer's figures of its last row: the checkpoint, or the model)"
     res = json.loads((out/'results.json').read_text())
-    return res, res['rows'][0]['cells']['sudoku_L16_b16']['trainer']
+    return res, res['rows'][-1]['cells']['sudoku_L16_b16']['trainer']
 
 def test_run_dir_gives_the_after_rl_figures(run, tmp_path):
     out, summary = run
     p = _run(ROOT/'scripts'/'eval.py', '--model', out, '--output_dir', tmp_path, '--no_plot')
     res, got = _figures(tmp_path)
     assert got == summary['after']                                             # every bit
-    assert res['base'] == 'toy_sudoku/checkpoint-2' and res['rows'][0]['label'] == 'checkpoint-2'
+    assert res['base'] == 'toy_sudoku/checkpoint-2' and [r['label'] for r in res['rows']] == ['base', 'checkpoint-2']
     assert res['protocol'] == 'trainer' and res['model_kind'] == 'toy'
     assert 'LLaDA' not in (tmp_path/'run.json').read_text() and 'LLaDA' not in res['base']
     assert "checkpoint-2: " + ', '.join(f"{k} {v:.3f}" for k, v in summary['after'].items()) in p.stdout   # as the trainer prints it
+
+def test_run_dir_has_the_base_models_row(run, tmp_path):
+    "The run's start (the shipped pretrained toy) is the first row, with the run's before-RL figures, in the tables and the chart"
+    out, summary = run
+    p = _run(ROOT/'scripts'/'eval.py', '--model', out, '--output_dir', tmp_path)
+    res = json.loads((tmp_path/'results.json').read_text())
+    base = res['rows'][0]
+    assert (base['label'], base['kind'], base['model'], base['step']) == ('base', 'base', 'toy_sudoku_pretrained', None)
+    assert base['cells']['sudoku_L16_b16']['trainer'] == summary['before']                  # every bit
+    assert res['rows'][1]['cells']['sudoku_L16_b16']['trainer'] == summary['after']
+    md = (tmp_path/'results.md').read_text()
+    row = next(l for l in md.splitlines() if l.startswith('| mapg, trainer protocol: base (toy_sudoku_pretrained) |'))
+    assert row.split('|')[2].strip() == f"{base['cells']['sudoku_L16_b16']['accuracy']:.1f}"
+    assert "base: " + ', '.join(f"{k} {v:.3f}" for k, v in summary['before'].items()) in p.stdout
+    html = (tmp_path/'results.html').read_text()
+    assert 'mapg, trainer protocol: base (toy_sudoku_pretrained)' in html and 'mapg, trainer protocol: checkpoint-2' in html
+    from mapg.evaluate import results_figure
+    fig = results_figure(res)
+    assert [d.name for d in fig.data] == ['mapg, trainer protocol: base (toy_sudoku_pretrained)', 'mapg, trainer protocol: checkpoint-2']
+    assert list(fig.data[0].y) == [base['cells']['sudoku_L16_b16']['accuracy']]
+
+def test_no_base_row(run, tmp_path):
+    out, _ = run
+    _run(ROOT/'scripts'/'eval.py', '--model', out, '--output_dir', tmp_path, '--no_plot', '--no_base_row')
+    assert [r['label'] for r in json.loads((tmp_path/'results.json').read_text())['rows']] == ['checkpoint-2']
 
 def test_pretrained_toy_gives_the_before_rl_figures(run, tmp_path):
     out, summary = run
@@ -59,8 +84,10 @@ def test_checkpoint_of_a_run_and_every_checkpoint(run, tmp_path):
     assert (one.checkpoint, one.protocol, one.kind, one.limit) == (str(out/'checkpoint-1'), 'trainer', 'toy', N)
     assert Path(one.output_dir) == Path('eval_results')/'toy_sudoku'/'checkpoint-1'
     res = evaluate(EvalArgs(checkpoint=str(out), output_dir=str(tmp_path), progress=False, plot=False))   # every checkpoint
-    assert [r['label'] for r in res['rows']] == ['step-1', 'step-2', 'final (step-2)', 'best (chosen on the test set, per cell)']
-    assert res['rows'][2]['cells']['sudoku_L16_b16']['trainer'] == summary['after']
+    assert [r['label'] for r in res['rows']] == ['base', 'step-1', 'step-2', 'final (step-2)', 'best (chosen on the test set, per cell)']
+    assert res['rows'][0]['cells']['sudoku_L16_b16']['trainer'] == summary['before']       # the run's start, first
+    assert res['rows'][3]['cells']['sudoku_L16_b16']['trainer'] == summary['after']
+    assert res['rows'][4]['cells']['sudoku_L16_b16']['step'] in (1, 2)                     # best: a checkpoint, never the base
     assert res['base'] == 'toy_sudoku'
 
 @pytest.mark.parametrize('args,msg', [
