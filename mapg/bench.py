@@ -12,15 +12,17 @@ import torch
 from torch import Tensor
 from .core import make_gen
 from .sampler import generate, Rollout
-from .likelihood import stepmerge_log_probs, sample_segments
+from .likelihood import stepmerge_log_probs, sample_segments, exact_log_probs
+from .policy import segment_bounds
 from .objectives import gspo_loss
 if TYPE_CHECKING: from mapg.models import MDLM
 
 # %% auto #0
 __all__ = ['FIGURES', 'Figure', 'FiguresTable', 'figures_table', 'clock_for', 'interleaved', 'ratio_figure', 'sampler_overhead',
            'rollout_cycle', 'update_backward', 'position_term_overhead', 'stepmerge_batching', 'PassCounter',
-           'passes_per_cycle', 'code_pool', 'stepmerge_micro_batching', 'training_cycle', 'BenchArgs', 'bench_model',
-           'run_benchmarks', 'bench_cli']
+           'passes_per_cycle', 'code_pool', 'stepmerge_micro_batching', 'training_cycle', 'TokenCounter',
+           'cache_token_counts', 'cache_tokens', 'cache_speed', 'BenchArgs', 'bench_model', 'run_benchmarks',
+           'bench_cli']
 
 # %% ../nbs/14_bench.ipynb #53574301
 @dataclass
@@ -294,6 +296,79 @@ def training_cycle(model:'MDLM', prompts:int=2, group:int=4, n_segments:int=32, 
     if dev.type == 'cuda': d += '; ' + ', '.join(f"{p} {v:.2f} s" for p, v in med.items())
     return Figure('toy training cycle: scoring share', med['scoring'] / tot, 0.10, '<=', d)
 
+# %% ../nbs/14_bench.ipynb #6ac3ced1
+class TokenCounter:
+    "Counts the input ids that go through an `MDLM`'s network, on every path that calls it (a forward pre-hook)"
+    def __init__(self, model:'MDLM'): self.m, self.tokens = model, 0
+    def __enter__(self):
+        def hook(mod, args, kwargs):
+            ids = kwargs.get('input_ids', args[0] if args else None)
+            self.tokens += ids.numel()
+        self.h = self.m.model.register_forward_pre_hook(hook, with_kwargs=True)
+        return self
+    def __exit__(self, *a): self.h.remove()
+
+# %% ../nbs/14_bench.ipynb #5483b838
+def cache_token_counts(prompt_len:int,      # P
+                       gen_length:int,      # L
+                       block_length:int,    # block length
+                       steps:int,           # T
+                       n_segments:int,      # N: the sampler's StepMerge segments
+                       segments:list        # the segment indices of one StepMerge update (one sequence)
+                      )->dict:              # {(pass, cache): tokens}
+    "Tokens through the network for one sequence, from the schedule alone: rollout, exact update, StepMerge update"
+    S, nb, bl = prompt_len + gen_length, gen_length // block_length, block_length
+    spb = steps // nb
+    bounds = segment_bounds(steps, n_segments)
+    win = lambda m: (bounds[m] // spb, ((bounds[m + 1] - 1) // spb - bounds[m] // spb + 1) * bl)   # (first block, W)
+    extra = sum(w for w in (win(m)[1] for m in range(n_segments)) if w > bl)
+    return {('rollout', 'none'): steps * S, ('rollout', 'prefix'): nb * S + steps * bl + extra,
+            ('exact update', 'none'): steps * S, ('exact update', 'prefix'): nb * S + steps * bl,
+            ('StepMerge update', 'none'): len(segments) * S,
+            ('StepMerge update', 'prefix'): len({win(m) for m in segments}) * S + sum(win(m)[1] for m in segments)}
+
+# %% ../nbs/14_bench.ipynb #8dfd3e6d
+def cache_tokens(model:'MDLM',         # an MDLM the prefix cache supports (toy, LLaDA, Dream)
+                 prompt_len:int=200,   # P
+                 n_segments:int=32,    # N
+                 k:int=12,             # K: segments per StepMerge update
+                 **gen                 # generate's settings (default: L 256, block 32, T 128)
+                )->list:               # three Figures: rollout, exact update, StepMerge update
+    "Tokens through the network, cached over uncached, counted in one run of each and checked against `cache_token_counts`"
+    s = dict(dict(gen_length=256, block_length=32, steps=128), **gen)
+    counted, seg = {}, None
+    for cache in ('none', 'prefix'):
+        with TokenCounter(model) as c: r = _rollout(model, 1, prompt_len, n_segments, cache=cache, **s)
+        counted['rollout', cache] = c.tokens
+        if seg is None: seg = sample_segments(r, n_segments, k, make_gen(10, r.ids.device))
+        with TokenCounter(model) as c, torch.no_grad(): exact_log_probs(model, r)
+        counted['exact update', cache] = c.tokens
+        with TokenCounter(model) as c, torch.no_grad(): stepmerge_log_probs(model, r, n_segments, seg)
+        counted['StepMerge update', cache] = c.tokens
+    ref = cache_token_counts(prompt_len, s['gen_length'], s['block_length'], s['steps'], n_segments, [i for i in seg[0].tolist() if i >= 0])
+    if counted != ref: raise RuntimeError(f"tokens counted {counted} differ from the schedule's {ref}")
+    size = f"P={prompt_len} L={s['gen_length']} block={s['block_length']} T={s['steps']}"
+    return [Figure(f'prefix cache: tokens per {p}', ref[p, 'prefix'] / ref[p, 'none'], 0.35, '<=',
+                   f"{ref[p, 'prefix']} vs {ref[p, 'none']} tokens, counted = schedule; {size}" + (f" N={n_segments}" if p == 'rollout' else '')
+                   + (f" K={k}" if p == 'StepMerge update' else ''))
+            for p in ('rollout', 'exact update', 'StepMerge update')]
+
+# %% ../nbs/14_bench.ipynb #ce7559dc
+def cache_speed(model:'MDLM',          # an MDLM the prefix cache supports
+                batch:int=8,           # prompts per generate call
+                prompt_len:int=200,    # P
+                repeats:int=5,
+                **gen                  # generate's settings (default: the paper's rollout setting)
+               )->Figure:
+    "Rollout time with `cache='prefix'` over the time without, interleaved on the same prompts"
+    s, dev = dict(_ROLLOUT, **gen), model.device
+    prompt = _prompt(model, batch, prompt_len)
+    run = lambda cache: (lambda: generate(model, prompt, generator=make_gen(0, dev), cache=cache, **s))
+    ts = interleaved({'cached': run('prefix'), 'uncached': run('none')}, repeats, dev)
+    return ratio_figure('prefix cache: rollout time', ts, 'cached', 'uncached', 1.0,
+                        detail=f"B={batch} P={prompt_len} L={s['gen_length']} block={s['block_length']} T={s['steps']}; {clock_for(dev)} clock",
+                        show_abs=dev.type == 'cuda')
+
 # %% ../nbs/14_bench.ipynb #1198c851
 @dataclass
 class BenchArgs:
@@ -315,10 +390,12 @@ class BenchArgs:
     workers:int=0            # code sandboxes at once (0: one per CPU)
     threads:int=1            # CPU threads for torch (0: leave torch's default)
     micro_batch:int=4        # (segment, sequence) pairs per pass in the micro-batching figure
-    only:list[str]=field(default_factory=list) # figures to run (default all): sampler sampler_stepmerge rollout_cycle position batching micro_batching passes cycle code
+    cache_prompt_len:int=200 # prompt tokens of the prefix-cache figures
+    only:list[str]=field(default_factory=list) # figures to run (default all): sampler sampler_stepmerge rollout_cycle position batching micro_batching passes cycle code cache_tokens cache_speed
 
 # %% ../nbs/14_bench.ipynb #d3342795
-FIGURES = ('sampler', 'sampler_stepmerge', 'rollout_cycle', 'position', 'batching', 'micro_batching', 'passes', 'cycle', 'code')
+FIGURES = ('sampler', 'sampler_stepmerge', 'rollout_cycle', 'position', 'batching', 'micro_batching', 'passes', 'cycle', 'code',
+           'cache_tokens', 'cache_speed')
 
 def bench_model(a:BenchArgs):
     "The model the suite runs on"
@@ -344,7 +421,9 @@ def run_benchmarks(a:BenchArgs, model:'MDLM|None'=None, show:bool=True)->list:
             'micro_batching': lambda: stepmerge_micro_batching(m, 1, a.update_batch, a.segments, a.k, a.micro_batch, a.repeats, **g),
             'passes': lambda: passes_per_cycle(m, a.prompt_len, a.segments, a.k, a.mu, **g),
             'cycle': lambda: training_cycle(m, 2, a.update_batch * 2, a.segments, a.k, a.mu, max(1, a.repeats // 2), **g),
-            'code': lambda: code_pool(a.code_n, a.workers, max(2, a.repeats // 2))}
+            'code': lambda: code_pool(a.code_n, a.workers, max(2, a.repeats // 2)),
+            'cache_tokens': lambda: cache_tokens(m, a.cache_prompt_len, a.segments, a.k, **g),
+            'cache_speed': lambda: cache_speed(m, a.batch, a.cache_prompt_len, a.repeats, **g)}
     if a.model != 'toy' and not a.only:
         todo = {k: v for k, v in todo.items() if k not in ('micro_batching', 'cycle')}
         if show: print("micro_batching and cycle figures left out: they run the toy recipe's prompts (toy model only)")
@@ -354,10 +433,11 @@ def run_benchmarks(a:BenchArgs, model:'MDLM|None'=None, show:bool=True)->list:
     cuda = m.device.type == 'cuda'
     for name in (a.only or [f for f in FIGURES if f in todo]):
         if cuda: torch.cuda.reset_peak_memory_stats(m.device)
-        f = todo[name]()
-        if cuda: f.detail += f"; peak GPU memory {torch.cuda.max_memory_allocated(m.device) / 2**30:.1f} GiB"
-        out.append(f)
-        if show: print(f.line(), flush=True)
+        fs = todo[name]()
+        for f in (fs if isinstance(fs, list) else [fs]):
+            if cuda: f.detail += f"; peak GPU memory {torch.cuda.max_memory_allocated(m.device) / 2**30:.1f} GiB"
+            out.append(f)
+            if show: print(f.line(), flush=True)
     if show: print(f"{sum(f.passed for f in out)}/{len(out)} figures meet their targets")
     return out
 

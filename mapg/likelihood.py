@@ -10,6 +10,7 @@ from torch import Tensor
 from .core import token_logp, upcast, eval_mode
 from .policy import segment_bounds, segment_terms
 from .sampler import Rollout
+from .cache import PrefixCache
 
 # %% auto #0
 __all__ = ['LogProbs', 'counted_mask', 'exact_log_probs', 'stepmerge_log_probs', 'sample_segments']
@@ -20,6 +21,34 @@ def _windows(r:Rollout, t0:Tensor, t1:Tensor):
     s = r.settings
     b_lo, b_hi = t0 // s.steps_per_block, (t1 - 1) // s.steps_per_block
     return b_lo * s.block_length, int((b_hi - b_lo + 1).max()) * s.block_length
+
+def _state(r:Rollout, rows:Tensor, t0:Tensor)->Tensor:
+    "[n, S] canvases z^{t0[j]} of sequences `rows[j]`"
+    ids = r.ids[rows].clone()
+    ids[:, r.prompt_len:].masked_fill_(r.unmask_step[rows] > t0[:, None], r.mask_id)
+    return ids
+
+def _window_logits(model, r:Rollout, rows:Tensor, t0:Tensor, t1:Tensor, cols:Tensor, mb:int):
+    "(pair indices j, [len(j), W, V] logits of z^{t0} on the window `cols[j]`), at most `mb` pairs per forward pass"
+    s, P = r.settings, r.prompt_len
+    if s.cache == 'none':
+        for a in range(0, len(rows), mb):
+            j = slice(a, a + mb)
+            lg = model.forward(_state(r, rows[j], t0[j]), **model.forward_kwargs(r.attn[rows[j]]))
+            yield j, upcast(lg[:, P:].gather(1, cols[j, :, None].expand(-1, -1, lg.shape[-1])))
+        return
+    spb, bl = s.steps_per_block, s.block_length        # cache='prefix': z_b's prefix, then z^{t0} on the pair's own window
+    b_lo = t0 // spb
+    width = ((t1 - 1) // spb - b_lo + 1) * bl
+    for b, w in sorted(set(zip(b_lo.tolist(), width.tolist()))):
+        idx = ((b_lo == b) & (width == w)).nonzero().squeeze(1)
+        u, inv = rows[idx].unique(return_inverse=True)     # one prefix pass per sequence and block, shared by its pairs
+        pc = PrefixCache(model, _state(r, u, t0.new_full(u.shape, b * spb)), r.attn[u], P + b * bl)
+        for a in range(0, len(idx), mb):
+            j, ix = idx[a:a + mb], inv[a:a + mb]
+            same = len(ix) == len(u) and bool((ix == torch.arange(len(u), device=ix.device)).all())
+            lg = (pc if same else pc.rows(ix)).logits(_state(r, rows[j], t0[j]), w)        # [len(j), w, V]
+            yield j, upcast(lg.gather(1, (cols[j] - b * bl).clamp(max=w - 1)[..., None].expand(-1, -1, lg.shape[-1])))
 
 def _replay(model, r:Rollout, rows:Tensor, t0:Tensor, t1:Tensor, micro_batch:int|None, exact:bool, positions:bool=True):
     "Score (sequence `rows[j]`, steps t0[j]+1..t1[j]) pairs; return [B, L] token terms, position terms, proposal terms"
@@ -38,13 +67,7 @@ def _replay(model, r:Rollout, rows:Tensor, t0:Tensor, t1:Tensor, micro_batch:int
         tokens = torch.where((prop >= 0) & (cols - off[:, None] < s.block_length), prop, x)
     lt = lp = lq = None
     with eval_mode(model.model):
-        mb = micro_batch or n
-        for a in range(0, n, mb):
-            j = slice(a, a + mb)
-            ids = r.ids[rows[j]].clone()
-            ids[:, P:].masked_fill_(r.unmask_step[rows[j]] > t0[j, None], r.mask_id)    # z^{t0}
-            lg = model.forward(ids, **model.forward_kwargs(r.attn[rows[j]]))
-            lgw = upcast(lg[:, P:].gather(1, cols[j, :, None].expand(-1, -1, lg.shape[-1])))   # [mb, W, V]
+        for j, lgw in _window_logits(model, r, rows, t0, t1, cols, micro_batch or n):
             a_t, a_p = segment_terms(lgw, x[j], step[j], rank[j], blk[j], t0[j], t1[j], s, None if tokens is None else tokens[j], positions)
             if lt is None: lt, lp, lq = (lgw.new_zeros(r.B, L) for _ in range(3))
             lt = lt.index_put((rows[j, None].expand_as(cols[j]), cols[j]), a_t, accumulate=True)

@@ -12,12 +12,13 @@ from .core import upcast, token_logp
 from .plackett_luce import gumbel_order
 
 # %% auto #0
-__all__ = ['REMASKING', 'SCORES', 'block_schedule', 'GenSettings', 'eval_settings', 'propose', 'unmask_scores', 'pick_positions',
-           'segment_bounds', 'segment_terms']
+__all__ = ['REMASKING', 'SCORES', 'CACHES', 'block_schedule', 'GenSettings', 'eval_settings', 'propose', 'unmask_scores',
+           'pick_positions', 'segment_bounds', 'segment_terms']
 
 # %% ../nbs/04_policy.ipynb #892588dc
 REMASKING = ('plackett_luce', 'greedy', 'random')
 SCORES = ('max_logit', 'max_logprob', 'token_logprob')
+CACHES = ('none', 'prefix')
 
 def block_schedule(n:int,     # positions to keep in the block
                    steps:int  # steps of the block
@@ -36,6 +37,7 @@ class GenSettings:
     remasking:str='plackett_luce' # 'plackett_luce' | 'greedy' | 'random': how positions are chosen
     pos_temperature:float=0.5     # tau_pos: Plackett-Luce temperature
     score:str='max_logit'         # 'max_logit' | 'max_logprob' | 'token_logprob': the unmasking score
+    cache:str='none'              # 'none': the full canvas every step; 'prefix': the cached policy, each step over its block (`mapg.cache`)
 
     def __post_init__(self):
         for f in ('gen_length', 'block_length', 'steps'):
@@ -49,6 +51,7 @@ class GenSettings:
         if T // nb > bl: raise ValueError(f"steps={T} gives {T // nb} steps per block, more than the block_length={bl} positions to keep")
         if self.remasking not in REMASKING: raise ValueError(f"remasking={self.remasking!r}: expected one of {REMASKING}")
         if self.score not in SCORES: raise ValueError(f"score={self.score!r}: expected one of {SCORES}")
+        if self.cache not in CACHES: raise ValueError(f"cache={self.cache!r}: expected one of {CACHES}")
         if not self.temperature >= 0: raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.remasking == 'plackett_luce' and not self.pos_temperature > 0:
             raise ValueError(f"pos_temperature must be > 0 for plackett_luce, got {self.pos_temperature} (use remasking='greedy')")

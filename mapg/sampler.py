@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from fastcore.basics import patch
 from .core import make_gen, eval_mode
 from .policy import GenSettings, propose, unmask_scores, pick_positions, segment_bounds, segment_terms
+from .cache import PrefixCache, cached_logits
 if TYPE_CHECKING: from mapg.models import MDLM
 
 # %% auto #0
@@ -90,13 +91,18 @@ class _Sampler:
         self.proposals = torch.full((B, cfg.steps, bl), -1, dtype=torch.long, device=dev) if tl else None
         self.logp_prop = torch.zeros(B, L, device=dev) if tl else None
         self.old_token = self.old_pos = None
+        self.pc, self.lo = None, 0                      # cache='prefix': the block's PrefixCache; canvas index of logits[:, 0]
         if n_segments:                                  # StepMerge old log-probs from the boundary passes
             self.bounds, self.pending = segment_bounds(cfg.steps, n_segments), []
             self.old_token, self.old_pos = (torch.zeros(B, L, device=dev) for _ in range(2))
 
-    def forward(self)->Tensor:
-        "Logits `[B, S, V]` of the current canvas"
-        return self.model.forward(self.ids, **self.kw)
+    def forward(self, t:int=1)->Tensor:
+        "Logits for step `t`: `[B, S, V]` of the whole canvas, or (cache='prefix') `[B, block_length, V]` of its block's window"
+        if self.cfg.cache == 'none': return self.model.forward(self.ids, **self.kw)
+        spb, bl = self.cfg.steps_per_block, self.cfg.block_length
+        self.lo = self.P + (t - 1) // spb * bl
+        if (t - 1) % spb == 0: self.pc = PrefixCache(self.model, self.ids, self.attn, self.lo)   # z_b: the block's first state
+        return self.pc.logits(self.ids, bl)
 
     def step(self, t:int, logits:Tensor):
         "Go from z^{t-1} to z^t, given the logits of z^{t-1}: propose, score, pick, keep, record"
@@ -106,7 +112,7 @@ class _Sampler:
         c0, tau = b * cfg.block_length, cfg.temperature
         blk = self.is_mask[:, c0:c0 + cfg.block_length]
         cand = blk.argsort(dim=-1, descending=True, stable=True)[:, :m]   # [B, m] offsets of the masked positions, ascending
-        lg = logits[:, P + c0:].gather(1, cand.unsqueeze(-1).expand(-1, -1, logits.shape[-1])).float()      # [B, m, V]
+        lg = logits[:, P + c0 - self.lo:].gather(1, cand.unsqueeze(-1).expand(-1, -1, logits.shape[-1])).float()      # [B, m, V]
         prop, lp_prop = propose(lg, cfg.temperature, self.gen)             # [B, m] proposals, their log-probs
         picks, lp_pos = pick_positions(unmask_scores(lg, cfg.score, prop), k, cfg.remasking, cfg.pos_temperature, self.gen)
         pos = cand.gather(1, picks).add_(c0)                               # [B, k] kept positions (completion index), in order
@@ -129,7 +135,9 @@ class _Sampler:
         # max_logit/max_logprob need the segment's own decisions only; token_logprob scores competitors with their final tokens
         done = t1 if cfg.score != 'token_logprob' else (b_hi + 1) * spb
         c, W = b_lo * bl, (b_hi - b_lo + 1) * bl
-        self.pending.append((t - 1, t1, c, W, done, logits[:, self.P + c:self.P + c + W].clone()))   # [B, W, V]
+        if self.pc is not None and W > bl: lg = self.pc.logits(self.ids, W)    # cached: a window over the segment's blocks
+        else: lg = logits[:, self.P + c - self.lo:self.P + c - self.lo + W]
+        self.pending.append((t - 1, t1, c, W, done, lg.clone()))   # [B, W, V]
 
     def _score_segments(self, t:int):
         "Score the pending segments whose decisions are all known after step t (`segment_terms`)"
@@ -166,10 +174,11 @@ def generate(model:'MDLM',                        # an MDLM adapter (mask_id, fo
              score:str='max_logit',               # 'max_logit' | 'max_logprob' | 'token_logprob'
              generator:torch.Generator|list|None=None, # randomness, on the model's device (None: randomly seeded); a list: one per equal block of rows
              progress:bool=False,                 # show a progress bar over the steps
-             stepmerge_segments:int|None=None     # N: also record StepMerge old log-probs of N segments (no extra passes)
+             stepmerge_segments:int|None=None,    # N: also record StepMerge old log-probs of N segments (no extra passes)
+             cache:str='none'                     # 'none' | 'prefix': the cached policy (`mapg.cache`), each step over its block
             )->Rollout:
     "Sample completions by semi-autoregressive probabilistic remasking and record the exact trajectory"
-    cfg = GenSettings(gen_length, block_length, steps, temperature, remasking, pos_temperature, score)
+    cfg = GenSettings(gen_length, block_length, steps, temperature, remasking, pos_temperature, score, cache)
     if stepmerge_segments is not None and not (isinstance(stepmerge_segments, int) and 1 <= stepmerge_segments <= steps):
         raise ValueError(f"stepmerge_segments={stepmerge_segments!r} must be an integer between 1 and steps={steps}")
     ids, attn, P = _canvas(prompt_ids, attention_mask, gen_length, model.mask_id, model.device)
@@ -177,7 +186,7 @@ def generate(model:'MDLM',                        # an MDLM adapter (mask_id, fo
     gen = _check_gen(generator, ids.device, ids.shape[0])
     with eval_mode(model.model), torch.no_grad():   # not inference_mode: caches a model builds here may later enter a backward pass
         s = _Sampler(model, ids, attn, P, cfg, gen, stepmerge_segments)
-        for t in _progress(range(1, cfg.steps + 1), progress): s.step(t, s.forward())
+        for t in _progress(range(1, cfg.steps + 1), progress): s.step(t, s.forward(t))
     return s.rollout()
 
 # %% ../nbs/05_sampler.ipynb #7003b5e8
@@ -253,28 +262,35 @@ def enumerate_trajectories(model:'MDLM',           # an MDLM adapter
     L, bl, mask = s.gen_length, s.block_length, model.mask_id
     out, cache = {}, {}
 
-    def logits(z):
-        if z not in cache: cache[z] = model.logits(torch.tensor([z], device=model.device))[0, P:].double()
-        return cache[z]
+    def logits(z, zb, off):   # [L, V] float64 logits of the completion (cache='prefix': the rows of the block at `off`)
+        if s.cache == 'none':
+            if z not in cache: cache[z] = model.logits(torch.tensor([z], device=model.device))[0, P:].double()
+            return cache[z]
+        if (zb, z) not in cache:
+            ids = lambda x: torch.tensor([x], device=model.device)
+            lg = cached_logits(model, ids(zb), ids(z), ids(z) >= 0, P + off, bl)[0].double()
+            cache[zb, z] = torch.cat([lg.new_full((off, lg.shape[-1]), math.nan), lg, lg.new_full((L - off - bl, lg.shape[-1]), math.nan)])
+        return cache[zb, z]
 
     def support(lg_i):   # proposals of one position and their log-probabilities
         if s.temperature == 0: return [(int(lg_i.argmax()), torch.zeros((), dtype=torch.float64))]
         lp = torch.log_softmax(lg_i / s.temperature, 0)
         return [(x, lp[x]) for x in range(len(lp)) if lp[x] > -math.inf]
 
-    def walk(t, z, step_of, rank_of, props, lp):
+    def walk(t, z, zb, step_of, rank_of, props, lp):
         if len(out) > max_trajectories: raise ValueError(f"more than max_trajectories={max_trajectories} trajectories")
         if t > s.steps:
             out[(tuple(z[P:]), tuple(step_of), tuple(rank_of), tuple(props))] = lp
             return
-        lg, k = logits(tuple(z)), s.k[t - 1]
-        off = (t - 1) // s.steps_per_block * bl
+        off, k = (t - 1) // s.steps_per_block * bl, s.k[t - 1]
+        if (t - 1) % s.steps_per_block == 0: zb = tuple(z)                  # the block's first state
+        lg = logits(tuple(z), zb, off)
         E = [i for i in range(off, off + bl) if z[P + i] == mask]
         lsm = torch.log_softmax(lg, -1)
         def keep(U, toks, lp_new, row):
             z2, st2, rk2 = list(z), list(step_of), list(rank_of)
             for r_, (u, x) in enumerate(zip(U, toks)): z2[P + u], st2[u], rk2[u] = x, t, r_
-            walk(t + 1, z2, st2, rk2, props + row, lp + lp_new)
+            walk(t + 1, z2, zb, st2, rk2, props + row, lp + lp_new)
         if s.score == 'token_logprob':
             for choice in product(*[support(lg[i]) for i in E]):
                 prop = {i: x for i, (x, _) in zip(E, choice)}
@@ -289,5 +305,5 @@ def enumerate_trajectories(model:'MDLM',           # an MDLM adapter
                 for choice in product(*[support(lg[u]) for u in U]):
                     keep(U, [x for x, _ in choice], lpu + sum((l for _, l in choice), torch.zeros((), dtype=torch.float64)), [])
 
-    with torch.no_grad(): walk(1, prompt_ids.tolist() + [mask] * L, [0] * L, [0] * L, [], torch.zeros((), dtype=torch.float64))
+    with torch.no_grad(): walk(1, prompt_ids.tolist() + [mask] * L, None, [0] * L, [0] * L, [], torch.zeros((), dtype=torch.float64))
     return out

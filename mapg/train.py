@@ -85,12 +85,14 @@ class RolloutCfg:
     remasking:str='plackett_luce'         # plackett_luce | greedy | random
     pos_temperature:float=0.5             # tau_pos: Plackett-Luce temperature
     score:str='max_logit'                 # unmasking score: max_logit | max_logprob | token_logprob
+    cache:str='none'                      # 'prefix': keep the prompt's and finished blocks' key/values and run each step over the current block only (an exact, different policy); 'none': the full canvas every step
     n_segments:int=32                     # N: StepMerge segments
     max_prompt_len:int|None=None          # keep the last this many tokens of each prompt (None: never cut)
 
     def settings(self)->GenSettings:
         "The `GenSettings` of the rollouts"
-        return GenSettings(self.gen_length, self.block_length, self.steps, self.temperature, self.remasking, self.pos_temperature, self.score)
+        return GenSettings(self.gen_length, self.block_length, self.steps, self.temperature, self.remasking, self.pos_temperature, self.score,
+                           self.cache)
 
 # %% ../nbs/12_train.ipynb #866f2a6d
 @dataclass

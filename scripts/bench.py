@@ -4,6 +4,7 @@ Ratios are measured interleaved, with repeats; absolute times are printed only o
     python scripts/bench.py                           # toy model, CPU
     python scripts/bench.py --model llada8b           # random weights with LLaDA-8B's shapes, on a GPU
     python scripts/bench.py --only sampler position   # some figures
+    python scripts/bench.py --only cache_tokens cache_speed   # the prefix cache (cache='prefix') against the full canvas
 """
 from mapg.bench import bench_cli
 

@@ -18,18 +18,20 @@ def test_suite_one_line_per_figure():
     assert p.returncode == 0, p.stderr[-3000:]
     lines = [LINE.match(l) for l in p.stdout.splitlines()]
     figs = [m for m in lines if m]
-    assert len(figs) == len(FIGURES), p.stdout
+    assert len(figs) == len(FIGURES) + 2, p.stdout                      # cache_tokens gives three figures
     names = [m['name'].strip() for m in figs]
     assert names == ['sampler overhead', 'sampler overhead + StepMerge old log-probs', 'one generation per cycle (rollout time)',
                      'position-term overhead (update step)',
                      'StepMerge batched forwards (speed-up)', 'StepMerge micro-batching (exact gradient)',
-                     'forward passes per training cycle', 'toy training cycle: scoring share', 'code-reward pool speed-up']
+                     'forward passes per training cycle', 'toy training cycle: scoring share', 'code-reward pool speed-up',
+                     'prefix cache: tokens per rollout', 'prefix cache: tokens per exact update',
+                     'prefix cache: tokens per StepMerge update', 'prefix cache: rollout time']
     for m in figs:
         ok = float(m['ratio']) <= float(m['target']) if m['op'] == '<=' else float(m['ratio']) >= float(m['target'])
         assert (m['verdict'] == 'pass') == ok, m.group(0)
     assert ' ms' not in p.stdout.split('code-reward')[0]                # absolute model times only on a GPU
     assert re.search(r'recipe T\+N\+muK = 16\+4\+3x2 = 26', p.stdout) and '= 22;' in p.stdout
-    assert re.search(r'\d+/9 figures meet their targets', p.stdout)
+    assert re.search(r'\d+/13 figures meet their targets', p.stdout)
 
 def test_passes_per_cycle_paper_setting():
     "At the paper's setting a cycle is T + mu K = 272 sequence-forwards against the recipe's T + N + mu K = 304"

@@ -3,7 +3,7 @@ values stay on the CPU, so a tensor left on the CPU fails here exactly as it fai
 
 Covered: a rollout and an update of every loss (GSPO, GRPO, RLOO), the position term on and off, micro-batching on and off
 (both of its paths), StepMerge replay of saved rollouts, the report, the before/after evaluation, a resume inside a cycle,
-the evaluation of every paper task and the benchmark's figures; `tests/test_recipes.py` runs every shipped recipe under the guard on tiny LLaDA and
+the evaluation of every paper task, the prefix cache (`--cache prefix`) and the benchmark's figures; `tests/test_recipes.py` runs every shipped recipe under the guard on tiny LLaDA and
 Dream built from their real remote code (LoRA, checkpointing, resume). The guard itself is tested:
 it changes no value, and it fails the run when any library function on the training path hands its tensors back on the CPU
 (every such function is found by running the step, not listed by hand)."""
@@ -93,13 +93,21 @@ def test_every_paper_task_evaluates(tmp_path, task):
     items = read_items(sorted(tmp_path.glob('*.jsonl')))
     assert len(items) == 2 and all(i['task'] == task for i in items.values())
 
+def test_prefix_cache_rollout_and_update(tmp_path, cache):
+    "cache='prefix' over two blocks: its prefix passes, window forwards, StepMerge windows and both micro-batching paths on the device"
+    for mb in ('6', '2'):
+        s = guarded(tmp_path/mb, cache, '--max_steps', '2', '--save_steps', '0', '--cache', 'prefix', '--block_length', '8', '--micro_batch', mb)
+        assert s['device'] == GPU
+        rs = rows(tmp_path/mb)
+        assert [r['step'] for r in rs] == [1, 2] and all(math.isfinite(r['loss']) for r in rs) and not any(r['skipped'] for r in rs)
+
 def test_benchmarks_run_on_the_device():
-    "Every model figure of `scripts/bench.py` (sampler, StepMerge, position term, micro-batching, passes, cycle) on the device"
+    "Every model figure of `scripts/bench.py` (sampler, StepMerge, position term, micro-batching, passes, cycle, prefix cache) on the device"
     from mapg.bench import BenchArgs, run_benchmarks, FIGURES
     a = BenchArgs(device='cuda:0', repeats=1, batch=2, update_batch=2, gen_length=16, block_length=16, steps=8, segments=8, k=4, mu=2,
                   micro_batch=2, only=[f for f in FIGURES if f != 'code'])
     with device_guard(): figs = run_benchmarks(a, show=False)
-    assert len(figs) == len(FIGURES) - 1 and all(math.isfinite(f.ratio) for f in figs)
+    assert len(figs) == len(FIGURES) + 1 and all(math.isfinite(f.ratio) for f in figs)   # less code, plus cache_tokens' three
 
 # --- the guard fails when any function on the training path returns its tensors on the CPU ---------------------------------
 
