@@ -220,7 +220,7 @@ def _order_section(before:Rollout, after:Rollout, puz:list, given:np.ndarray, pr
 def write_report(out:str|Path,          # the run's output directory (reads `metrics.jsonl` and `config.json`)
                  before:Rollout,        # a rollout batch sampled before RL
                  after:Rollout,         # the same prompts sampled after RL
-                 summary:dict,          # the run's summary: its `before` and `after` greedy evaluations
+                 summary:dict,          # the run's summary: its `before` and `after` greedy evaluations (and sampled ones, the order task)
                  cfg:dict|None=None,    # the configuration (default: `out/config.json`)
                  records:list|None=None,# the rows' records (Sudoku: with `puzzle`), in row order
                  tokenizer:object=None, # decodes the prompts to find the puzzles when `records` are not given
@@ -237,6 +237,9 @@ def write_report(out:str|Path,          # the run's output directory (reads `met
     parts = [f"<h1>mapg training report</h1><p class='sub'>{html.escape(str(out))}: task {esc('task')}, model {esc('model')}, "
              f"{len(rows)} RL steps, {esc('loss')} loss</p>"]
     if summary.get('after'): parts.append("<h2>Greedy evaluation on held-out prompts</h2>" + eval_table(summary.get('before', {}), summary['after']))
+    if summary.get('sampled_after'):
+        parts.append("<h2>Sampled with the rollout settings (the policy RL trains)</h2>"
+                     + eval_table(summary.get('sampled_before', {}), summary['sampled_after']))
     if cfg: parts.append("<details><summary><b>Configuration</b></summary>" + config_table(cfg) + "</details>")
     if rows: parts += ["<h2>Training curves</h2>", emb(metrics_figure(rows))]
     puz = puzzles_of(before, tokenizer, records)

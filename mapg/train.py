@@ -908,6 +908,10 @@ def _train(run, roll, upd, acc, cfg, out, ckpt, stop)->dict:
     if held:
         summary['after'] = greedy_eval(m, held, run.task, roll, workers=run.reward_workers, rank=rank, world=world, reduce=reduce)
         if main: print(f"after RL:  {_fmt(summary['after'])}")
+    if main and held and run.task == 'order':   # the order task: the sampled policy (the one RL trains) before and after
+        start = load_policy(run, roll, m.device)
+        summary.update(sampled_before=sampled_eval(start, held, run.task, roll), sampled_after=sampled_eval(m, held, run.task, roll))
+        del start
     if main and run.report and first is not None:
         last = generate(m, first.ids[:, :first.prompt_len], first.attn[:, :first.prompt_len],
                         generator=make_gen(run.seed, m.device), **asdict(roll.settings()))

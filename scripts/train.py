@@ -37,13 +37,6 @@ def both_arms(path:Path=SUMMARY, suite:str='sudoku', how:str='greedy', keys:tupl
 
 ORDER_KEYS = ('accuracy', 'solved', 'good_order')
 
-def sampled_figures(run, roll, m)->dict:
-    "The order task's sampled figures on the held-out prompts: the pretrained start (before RL) and the trained `m` (after)"
-    from mapg.train import eval_records, load_policy, sampled_eval
-    held = eval_records(run, m.tokenizer)
-    start = load_policy(run, roll, m.device)
-    return dict(sampled_before=sampled_eval(start, held, run.task, roll), sampled_after=sampled_eval(m, held, run.task, roll))
-
 def print_sampled(f:dict, n:int):
     print(f"sampled with the rollout settings (the policy RL trains), {n} held-out prompts:")
     for k, when in (('sampled_before', 'before RL:'), ('sampled_after', 'after RL: ')):
@@ -55,11 +48,8 @@ def main(args:list):
     run, roll, upd = parse_cfg(args)
     s = train(run, roll, upd)
     main_process = os.environ.get('RANK', '0') == '0'
-    if run.task == 'order' and s.get('after') and main_process:
-        f = sampled_figures(run, roll, s['model'])
-        p = Path(run.output_dir)/'summary.json'
-        p.write_text(json.dumps({**json.loads(p.read_text()), **f}, indent=1))
-        print_sampled(f, run.eval_size)
+    if s.get('sampled_after') and main_process:      # the order task: train() scored the sampled policy too
+        print_sampled(s, run.eval_size)
         if run.dataset == 'toy_order' and (txt := both_arms(suite='order', how='sampled', keys=ORDER_KEYS)): print(txt)
     if default and s.get('after') and (txt := both_arms()): print(txt)
 

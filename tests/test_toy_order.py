@@ -51,7 +51,7 @@ def test_the_config_runs_two_steps(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get('PYTHONPATH', ''))
     out = tmp_path/'toy_order'
     p = subprocess.run([sys.executable, ROOT/'scripts'/'train.py', '--config', CONFIG, '--max_steps', '2', '--save_steps', '0',
-                        '--eval_size', '16', '--output_dir', out, '--report', 'false', '--progress', 'false'],
+                        '--eval_size', '16', '--output_dir', out, '--progress', 'false'],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     s = json.loads((out/'summary.json').read_text())
@@ -59,6 +59,10 @@ def test_the_config_runs_two_steps(tmp_path):
     assert 'before RL: accuracy' in p.stdout and 'sampled with the rollout settings' in p.stdout
     assert f"after RL:  accuracy {s['sampled_after']['accuracy']:.3f}, solved {s['sampled_after']['solved']:.3f}, good order {s['sampled_after']['good_order']:.3f}" in p.stdout
     assert len((out/'metrics.jsonl').read_text().splitlines()) == 2
+    html = (out/'report.html').read_text()                                          # the report shows the sampled figures too
+    b, a = s['sampled_before'], s['sampled_after']
+    assert 'Sampled with the rollout settings' in html
+    assert f"<th>good_order</th><td>{b['good_order']:.3f}</td><td>{a['good_order']:.3f}</td>" in html
 
 def test_the_experiments_order_runs_are_the_config():
     sys.path.insert(0, str(ROOT/'scripts'))
