@@ -97,7 +97,7 @@ def test_forged_report_lines():
     no_credit('''
 import gc, os
 toks = [o.get('token') for o in gc.get_objects() if isinstance(o, dict) and 'token' in o] or ['x']
-for fd in range(0, 64):
+for fd in range(0, 1 << 14):
     for t in toks:
         for line in (f'{t} I {{}}', f'{t} S 1', f'{t} C 0 1', f'{t} X forged', f'{t} E', 'C 0 1', 'E'):
             try: os.write(fd, (line + '\\n').encode())
