@@ -7,6 +7,7 @@ from mapg.core import Tok, toy_model
 from mapg.models import MDLM, load_model, tiny_llada, add_lora
 from mapg.cache import PrefixCache, cached_logits
 sys.path.insert(0, str(Path(__file__).parent))
+from test_sampler import chisquare_pooled
 from upstream import tiny_checkpoint
 
 torch.set_num_threads(1)
@@ -121,7 +122,6 @@ def test_llada_cached_equals_native_layer_past():
 
 # ---------------------------------------------------------------- the cached policy end to end: sampler, replay, oracle, gradient
 from collections import Counter
-from scipy import stats
 from mapg.core import make_gen, sharp_toy
 from mapg.sampler import generate, enumerate_trajectories, rollout_keys
 from mapg.likelihood import exact_log_probs, stepmerge_log_probs
@@ -173,14 +173,6 @@ def test_cache_none_is_todays_sampler():
     c = generate(m, ids, attn, generator=make_gen(0), stepmerge_segments=3, **GEN)
     assert not torch.equal(a.logp_token, c.logp_token)
 
-def chisquare_pooled(counts, probs, n, min_expected=5.):
-    "Pearson's chi-square p-value, pooling the cells whose expected count is below `min_expected` into one (as tests/test_sampler.py)"
-    exp = [p * n for p in probs]
-    big = [i for i, e in enumerate(exp) if e >= min_expected]
-    small = [i for i, e in enumerate(exp) if e < min_expected]
-    obs_b, exp_b = [counts[i] for i in big], [exp[i] for i in big]
-    if small: obs_b.append(sum(counts[i] for i in small)); exp_b.append(sum(exp[i] for i in small))
-    return stats.chisquare(obs_b, exp_b).pvalue
 
 @pytest.mark.parametrize('canvas', [dict(gen_length=4, block_length=2, steps=2), dict(gen_length=4, block_length=2, steps=4),
                                     dict(gen_length=6, block_length=2, steps=3)], ids=['2x1', '2x2', '3x1'])

@@ -2,7 +2,7 @@
 the run's config.json and gives the figures the trainer printed for it, before RL (the shipped pretrained toy, and the
 base row of a run's results) and after RL (the run): greedy, and sampled with the rollout settings with the share of
 samples decoded in the good order, to the last bit. Every refusal on these paths is one line naming the field."""
-import json, os, subprocess, sys
+import json, subprocess, sys
 from pathlib import Path
 import pytest, torch
 from mapg.evaluate import EvalArgs, resolve, results_figure, SAMPLED_KEYS
@@ -13,12 +13,7 @@ CONFIG = ROOT/'configs'/'toy_order.yaml'
 N = 64      # held-out prompts: one of greedy_eval's and sampled_eval's batches
 CELL = 'order_L8_b8'
 
-def _env(): return dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get('PYTHONPATH', ''))
-
-def _run(*args, timeout=600):
-    p = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=timeout)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    return p
+from test_eval_run import _env, _run
 
 @pytest.fixture(scope='module')
 def run(tmp_path_factory):
