@@ -35,7 +35,8 @@ class Figure:
     detail:str=''     # how it was measured (spread, sizes; absolute times on a GPU)
 
     passed = property(lambda self: self.ratio <= self.target if self.op == '<=' else self.ratio >= self.target)
-    def line(self)->str: return f"{self.name:<46} {self.ratio:>7.3f}   target {self.op} {self.target:<6.3g} {'pass' if self.passed else 'MISS'}   {self.detail}"
+    def line(self)->str: return (f"{self.name:<46} {self.ratio:>7.3f}   target {self.op} {self.target:<6.3g} "
+                                 f"{'pass' if self.passed else 'MISS'}   {self.detail}")
     __str__ = line
     def _repr_markdown_(self)->str: return figures_table([self])._repr_markdown_()
 
@@ -45,9 +46,11 @@ class FiguresTable:
     def __init__(self, figs:list): self.figs = list(figs)
     def _repr_markdown_(self)->str:
         esc = lambda s: str(s).replace('|', '&#124;')
-        rows = [f"| {esc(f.name)} | {f.ratio:.3f} | {'≤' if f.op == '<=' else '≥'} {f.target:.3g} | {'pass' if f.passed else '**miss**'} | {esc(f.detail)} |"
+        rows = [f"| {esc(f.name)} | {f.ratio:.3f} | {'≤' if f.op == '<=' else '≥'} {f.target:.3g} | "
+                f"{'pass' if f.passed else '**miss**'} | {esc(f.detail)} |"
                 for f in self.figs]
-        return '\n'.join(['| figure | measured | target | result | how it was measured |', '|---|---|---|---|---|'] + rows)
+        head = ['| figure | measured | target | result | how it was measured |', '|---|---|---|---|---|']
+        return '\n'.join(head + rows)
     def __repr__(self)->str: return '\n'.join(f.line() for f in self.figs)
 
 # %% ../nbs/14_bench.ipynb #9b73911d
@@ -81,7 +84,8 @@ def interleaved(fns:dict,                      # name -> callable to time
     return out
 
 # %% ../nbs/14_bench.ipynb #1cc0d6e1
-def ratio_figure(name:str, times:dict, num:str, den:str, target:float, op:str='<=', detail:str='', show_abs:bool=False)->Figure:
+def ratio_figure(name:str, times:dict, num:str, den:str, target:float, op:str='<=',
+                 detail:str='', show_abs:bool=False)->Figure:
     "A figure from interleaved times: median(num) / median(den), with the spread of the per-round ratios"
     rs = [a / b for a, b in zip(times[num], times[den])]
     med = lambda xs: statistics.median(xs)
@@ -99,8 +103,10 @@ def _prompt(model, batch:int, prompt_len:int, seed:int=0):
 
 # %% ../nbs/14_bench.ipynb #447096dc
 # the paper's rollout setting (the recipes' defaults): what the sampler figures time unless told otherwise
-_ROLLOUT = dict(gen_length=256, block_length=32, steps=128, temperature=0.9, remasking='plackett_luce', pos_temperature=0.5, score='max_logit')
+_ROLLOUT = dict(gen_length=256, block_length=32, steps=128, temperature=0.9, remasking='plackett_luce',
+                pos_temperature=0.5, score='max_logit')
 
+# %% ../nbs/14_bench.ipynb #pkvlvnsj
 def sampler_overhead(model:'MDLM',          # an MDLM
                      batch:int=8,           # prompts per call
                      prompt_len:int=16,     # prompt tokens
@@ -122,7 +128,9 @@ def sampler_overhead(model:'MDLM',          # an MDLM
     try: ts = interleaved(dict(generate=run_generate, forwards=run_forwards), repeats, dev)
     finally: net.train(was)
     name = 'sampler overhead' + (f' + StepMerge old log-probs' if stepmerge_segments else '')
-    return ratio_figure(name, ts, 'generate', 'forwards', 1.10, detail=f"B={batch} L={s['gen_length']} T={s['steps']} {s['remasking']}" + (f" N={stepmerge_segments}" if stepmerge_segments else ''),
+    return ratio_figure(name, ts, 'generate', 'forwards', 1.10,
+                        detail=f"B={batch} L={s['gen_length']} T={s['steps']} {s['remasking']}"
+                               + (f" N={stepmerge_segments}" if stepmerge_segments else ''),
                         show_abs=dev.type == 'cuda')
 
 # %% ../nbs/14_bench.ipynb #80a1a027
@@ -139,22 +147,28 @@ def rollout_cycle(model:'MDLM',          # an MDLM
     dev, prompt = model.device, _prompt(model, batch * accum, prompt_len)
     gens = lambda: [make_gen(i, dev) for i in range(accum)]
     def per_batch():
-        for i, g in enumerate(gens()): generate(model, prompt[i * batch:(i + 1) * batch], generator=g, stepmerge_segments=stepmerge_segments, **s)
+        for i, g in enumerate(gens()):
+            generate(model, prompt[i * batch:(i + 1) * batch], generator=g, stepmerge_segments=stepmerge_segments, **s)
     def one_call(): generate(model, prompt, generator=gens(), stepmerge_segments=stepmerge_segments, **s)
     ts = interleaved(dict(one_call=one_call, per_batch=per_batch), repeats, dev)
     per_seq = {k: statistics.median(v) / (batch * accum) for k, v in ts.items()}
-    return ratio_figure('one generation per cycle (rollout time)', ts, 'one_call', 'per_batch', 1.0, show_abs=dev.type == 'cuda',
-                        detail=f"{accum} batches of B={batch} L={s['gen_length']} T={s['steps']}" + (f" N={stepmerge_segments}" if stepmerge_segments else '')
-                               + (f"; s/sequence {per_seq['per_batch']:.4g} -> {per_seq['one_call']:.4g}" if dev.type == 'cuda' else ''))
+    return ratio_figure('one generation per cycle (rollout time)', ts, 'one_call', 'per_batch', 1.0,
+                        show_abs=dev.type == 'cuda',
+                        detail=f"{accum} batches of B={batch} L={s['gen_length']} T={s['steps']}"
+                               + (f" N={stepmerge_segments}" if stepmerge_segments else '')
+                               + (f"; s/sequence {per_seq['per_batch']:.4g} -> {per_seq['one_call']:.4g}"
+                                  if dev.type == 'cuda' else ''))
 
 # %% ../nbs/14_bench.ipynb #166f958e
 def _terms(out)->tuple:
     "(token, pos, counted) from `stepmerge_log_probs`' record (or the tuple it returned before)"
     return (out.token, out.pos, out.counted) if hasattr(out, 'token') else tuple(out)[:3]
 
+# %% ../nbs/14_bench.ipynb #i8dmw9ub
 def _rollout(model, batch, prompt_len, n_segments, **gen):
     s = dict(dict(gen_length=256, block_length=32, steps=128), **gen)
-    return generate(model, _prompt(model, batch, prompt_len), generator=make_gen(1, model.device), stepmerge_segments=n_segments, **s)
+    return generate(model, _prompt(model, batch, prompt_len), generator=make_gen(1, model.device),
+                    stepmerge_segments=n_segments, **s)
 
 # %% ../nbs/14_bench.ipynb #57eb539d
 def update_backward(model:'MDLM', # the policy (trainable parameters with grad)
@@ -180,7 +194,8 @@ def position_term_overhead(model:'MDLM',      # an MDLM (trainable)
                           )->Figure:
     "Update step (StepMerge forward + GSPO loss + backward) with the position term over the token-only step"
     r = _rollout(model, batch, prompt_len, n_segments, **gen)
-    seg, adv = sample_segments(r, n_segments, k, make_gen(2, r.ids.device)), torch.randn(batch, generator=make_gen(3)).to(r.ids.device)
+    seg = sample_segments(r, n_segments, k, make_gen(2, r.ids.device))
+    adv = torch.randn(batch, generator=make_gen(3)).to(r.ids.device)
     def step(pw:float):
         model.model.zero_grad(set_to_none=True)
         update_backward(model, r, n_segments, seg, adv, pw)
@@ -196,9 +211,10 @@ def stepmerge_batching(model:'MDLM', batch:int=4, prompt_len:int=16, n_segments:
     seg = sample_segments(r, n_segments, k, make_gen(2, r.ids.device))
     def run(mb):
         with torch.no_grad(): stepmerge_log_probs(model, r, n_segments, seg, micro_batch=mb)
-    ts = interleaved({'one pair per forward': lambda: run(1), 'all pairs batched': lambda: run(None)}, repeats, model.device)
-    return ratio_figure('StepMerge batched forwards (speed-up)', ts, 'one pair per forward', 'all pairs batched', 1.0, '>=',
-                        detail=f"{batch}x{k} pairs", show_abs=model.device.type == 'cuda')
+    ts = interleaved({'one pair per forward': lambda: run(1),
+                      'all pairs batched': lambda: run(None)}, repeats, model.device)
+    return ratio_figure('StepMerge batched forwards (speed-up)', ts, 'one pair per forward', 'all pairs batched',
+                        1.0, '>=', detail=f"{batch}x{k} pairs", show_abs=model.device.type == 'cuda')
 
 # %% ../nbs/14_bench.ipynb #fe21bc32
 class PassCounter:
@@ -212,15 +228,18 @@ class PassCounter:
 
 # %% ../nbs/14_bench.ipynb #9c66e0af
 def passes_per_cycle(model:'MDLM', prompt_len:int=16, n_segments:int=32, k:int=12, mu:int=12, **gen)->Figure:
-    "Sequence-forwards of one training cycle at batch 1 (rollout + mu updates of K segments) over the recipe's T + N + mu K"
+    "Sequence-forwards of a training cycle at batch 1 (rollout + mu updates of K segments) over the recipe's T+N+mu K"
     r = None
     with PassCounter(model) as roll: r = _rollout(model, 1, prompt_len, n_segments, **gen)
     with PassCounter(model) as upd, torch.no_grad():
-        for i in range(mu): stepmerge_log_probs(model, r, n_segments, sample_segments(r, n_segments, k, make_gen(10 + i, r.ids.device)))
+        for i in range(mu):
+            stepmerge_log_probs(model, r, n_segments,
+                                sample_segments(r, n_segments, k, make_gen(10 + i, r.ids.device)))
     T = r.T
     ref, ideal = T + n_segments + mu * k, T + mu * k
     return Figure('forward passes per training cycle', (roll.rows + upd.rows) / ref, ideal / ref, '<=',
-                  f"mapg {roll.rows} rollout + {upd.rows} updates = {roll.rows + upd.rows}; recipe T+N+muK = {T}+{n_segments}+{mu}x{k} = {ref}")
+                  f"mapg {roll.rows} rollout + {upd.rows} updates = {roll.rows + upd.rows}; recipe T+N+muK = "
+                  f"{T}+{n_segments}+{mu}x{k} = {ref}")
 
 # %% ../nbs/14_bench.ipynb #80d0729e
 def code_pool(n:int=32,          # HumanEval canonical solutions scored
@@ -234,10 +253,12 @@ def code_pool(n:int=32,          # HumanEval canonical solutions scored
     recs = load_data('humaneval', limit=n)
     raw = read_records(data_dir()/'humaneval.jsonl.gz')[:n]
     comps = [f"```python\n{h['prompt']}{h['canonical_solution']}\n```" for h in raw]
-    cols = dict(tests=[r['tests'] for r in recs], entry_point=[r['entry_point'] for r in recs], test_imports=[r['test_imports'] for r in recs])
+    cols = dict(tests=[r['tests'] for r in recs], entry_point=[r['entry_point'] for r in recs],
+                test_imports=[r['test_imports'] for r in recs])
     def score(w):
         res = score_batch('code', comps, workers=w, **cols)
-        if not all(x['execution'] == 1. for x in res): raise RuntimeError("a HumanEval canonical solution failed in the sandbox")
+        if not all(x['execution'] == 1. for x in res):
+            raise RuntimeError("a HumanEval canonical solution failed in the sandbox")
     ts = interleaved({'serial': lambda: score(1), 'pool': lambda: score(workers)}, repeats, 'cpu', clock='wall')
     return ratio_figure('code-reward pool speed-up', ts, 'serial', 'pool', 0.75 * min(workers, cpus), '>=',
                         detail=f"{n} programs, workers={workers}, cpus={cpus}, wall clock", show_abs=True)
@@ -245,7 +266,8 @@ def code_pool(n:int=32,          # HumanEval canonical solutions scored
 # %% ../nbs/14_bench.ipynb #6ab6c6f5
 def _toy_cycle_parts(model, prompts:int, group:int, n_segments:int, k:int, **gen):
     "The trainer's configs and a global batch of toy Sudoku records (each repeated `group` times)"
-    from mapg.train import RolloutCfg, UpdateCfg, toy_sudoku
+    from mapg.config import RolloutCfg, UpdateCfg
+    from mapg.toy import toy_sudoku
     roll = RolloutCfg(per_device_batch=prompts * group, group_size=group, n_segments=n_segments, **gen)
     recs = [r for r in toy_sudoku(prompts, 'train', 0, model.tokenizer) for _ in range(group)]
     return roll, recs, UpdateCfg
@@ -253,8 +275,8 @@ def _toy_cycle_parts(model, prompts:int, group:int, n_segments:int, k:int, **gen
 # %% ../nbs/14_bench.ipynb #af3bda7d
 def stepmerge_micro_batching(model:'MDLM', prompts:int=1, group:int=2, n_segments:int=32, k:int=12,
                              micro_batch:int=4, repeats:int=5, **gen)->Figure:
-    "`mapg.train.update_stage` with `micro_batch` pairs per pass (exact gradient) over the all-at-once update"
-    from mapg.train import rollout_stage, update_stage
+    "`mapg.stages.update_stage` with `micro_batch` pairs per pass (exact gradient) over the all-at-once update"
+    from mapg.stages import rollout_stage, update_stage
     roll, recs, UpdateCfg = _toy_cycle_parts(model, prompts, group, n_segments, k, **gen)
     upd = UpdateCfg(segments_per_update=k)
     b, _ = rollout_stage(model, recs, roll, upd, 'sudoku', make_gen(0, model.device))
@@ -264,35 +286,41 @@ def stepmerge_micro_batching(model:'MDLM', prompts:int=1, group:int=2, n_segment
         model.model.zero_grad(set_to_none=True)
         _, pairs[mb] = update_stage(model, b, seg, roll, replace(upd, micro_batch=mb), lambda l: l.backward())
     model.model.train()
-    try: ts = interleaved({f'micro-batch {micro_batch}': lambda: run(micro_batch), 'all at once': lambda: run(None)}, repeats, model.device)
+    try:
+        ts = interleaved({f'micro-batch {micro_batch}': lambda: run(micro_batch),
+                          'all at once': lambda: run(None)}, repeats, model.device)
     finally: model.model.eval()
-    return ratio_figure('StepMerge micro-batching (exact gradient)', ts, f'micro-batch {micro_batch}', 'all at once', 1.5,
-                        detail=f"{b.r.B}x{k} pairs, {micro_batch} per pass; pairs forwarded {pairs[micro_batch]} vs {pairs[None]}",
+    return ratio_figure('StepMerge micro-batching (exact gradient)', ts, f'micro-batch {micro_batch}', 'all at once',
+                        1.5, detail=f"{b.r.B}x{k} pairs, {micro_batch} per pass; "
+                                    f"pairs forwarded {pairs[micro_batch]} vs {pairs[None]}",
                         show_abs=model.device.type == 'cuda')
 
 # %% ../nbs/14_bench.ipynb #e3d715f4
 def training_cycle(model:'MDLM', prompts:int=2, group:int=4, n_segments:int=32, k:int=12, mu:int=12,
                    repeats:int=2, **gen)->Figure:
-    "One training cycle of the trainer's stages on toy Sudoku: rollout, scoring, mu updates with AdamW; the scoring share"
-    from mapg.train import rollout_stage, update_stage
+    "One training cycle of the trainer's stages on toy Sudoku: rollout, scoring, mu AdamW updates; the scoring share"
+    from mapg.stages import rollout_stage, update_stage
     roll, recs, UpdateCfg = _toy_cycle_parts(model, prompts, group, n_segments, k, **gen)
     upd = UpdateCfg(segments_per_update=k, inner_updates=mu, learning_rate=1e-5)
     opt = torch.optim.AdamW([p for p in model.model.parameters() if p.requires_grad], lr=upd.learning_rate)
     dev, clock, phases = model.device, clock_for(model.device), []
     now = time.perf_counter if clock == 'wall' else time.process_time
-    for i in range(repeats + 1):                                  # round 0 warms up
+    # round 0 warms up
+    for i in range(repeats + 1):
         model.model.eval()
         t0 = now(); b, t = rollout_stage(model, recs, roll, upd, 'sudoku', make_gen(i, dev)); t1 = now()
         model.model.train()
         for j in range(mu):
-            update_stage(model, b, sample_segments(b.r, n_segments, k, make_gen(100 * i + j, dev)), roll, upd, lambda l: l.backward())
+            update_stage(model, b, sample_segments(b.r, n_segments, k, make_gen(100 * i + j, dev)), roll,
+                         upd, lambda l: l.backward())
             opt.step(); opt.zero_grad(set_to_none=True)
         _sync(dev); t2 = now()
         if i: phases.append(dict(rollout=t['rollout'], scoring=t['scoring'], update=t2 - t1))
     model.model.eval()
     med = {p: statistics.median(x[p] for x in phases) for p in phases[0]}
     tot = sum(med.values())
-    d = ', '.join(f"{p} {v / tot:.1%}" for p, v in med.items()) + f" of the cycle (B={b.r.B}, mu={mu}, K={k}, N={n_segments}, L={b.r.L}, T={b.r.T}; wall clock)"
+    d = ', '.join(f"{p} {v / tot:.1%}" for p, v in med.items()) + (
+        f" of the cycle (B={b.r.B}, mu={mu}, K={k}, N={n_segments}, L={b.r.L}, T={b.r.T}; wall clock)")
     if dev.type == 'cuda': d += '; ' + ', '.join(f"{p} {v:.2f} s" for p, v in med.items())
     return Figure('toy training cycle: scoring share', med['scoring'] / tot, 0.10, '<=', d)
 
@@ -320,7 +348,8 @@ def cache_token_counts(prompt_len:int,      # P
     S, nb, bl = prompt_len + gen_length, gen_length // block_length, block_length
     spb = steps // nb
     bounds = segment_bounds(steps, n_segments)
-    win = lambda m: (bounds[m] // spb, ((bounds[m + 1] - 1) // spb - bounds[m] // spb + 1) * bl)   # (first block, W)
+    # (first block, W)
+    win = lambda m: (bounds[m] // spb, ((bounds[m + 1] - 1) // spb - bounds[m] // spb + 1) * bl)
     extra = sum(w for w in (win(m)[1] for m in range(n_segments)) if w > bl)
     return {('rollout', 'none'): steps * S, ('rollout', 'prefix'): nb * S + steps * bl + extra,
             ('exact update', 'none'): steps * S, ('exact update', 'prefix'): nb * S + steps * bl,
@@ -334,7 +363,7 @@ def cache_tokens(model:'MDLM',         # an MDLM the prefix cache supports (toy,
                  k:int=12,             # K: segments per StepMerge update
                  **gen                 # generate's settings (default: L 256, block 32, T 128)
                 )->list:               # three Figures: rollout, exact update, StepMerge update
-    "Tokens through the network, cached over uncached, counted in one run of each and checked against `cache_token_counts`"
+    "Tokens through the network, cached over uncached, counted in one run each, checked against `cache_token_counts`"
     s = dict(dict(gen_length=256, block_length=32, steps=128), **gen)
     counted, seg = {}, None
     for cache in ('none', 'prefix'):
@@ -345,11 +374,13 @@ def cache_tokens(model:'MDLM',         # an MDLM the prefix cache supports (toy,
         counted['exact update', cache] = c.tokens
         with TokenCounter(model) as c, torch.no_grad(): stepmerge_log_probs(model, r, n_segments, seg)
         counted['StepMerge update', cache] = c.tokens
-    ref = cache_token_counts(prompt_len, s['gen_length'], s['block_length'], s['steps'], n_segments, [i for i in seg[0].tolist() if i >= 0])
+    ref = cache_token_counts(prompt_len, s['gen_length'], s['block_length'], s['steps'], n_segments,
+                             [i for i in seg[0].tolist() if i >= 0])
     if counted != ref: raise RuntimeError(f"tokens counted {counted} differ from the schedule's {ref}")
     size = f"P={prompt_len} L={s['gen_length']} block={s['block_length']} T={s['steps']}"
     return [Figure(f'prefix cache: tokens per {p}', ref[p, 'prefix'] / ref[p, 'none'], 0.35, '<=',
-                   f"{ref[p, 'prefix']} vs {ref[p, 'none']} tokens, counted = schedule; {size}" + (f" N={n_segments}" if p == 'rollout' else '')
+                   f"{ref[p, 'prefix']} vs {ref[p, 'none']} tokens, counted = schedule; {size}"
+                   + (f" N={n_segments}" if p == 'rollout' else '')
                    + (f" K={k}" if p == 'StepMerge update' else ''))
             for p in ('rollout', 'exact update', 'StepMerge update')]
 
@@ -366,14 +397,15 @@ def cache_speed(model:'MDLM',          # an MDLM the prefix cache supports
     run = lambda cache: (lambda: generate(model, prompt, generator=make_gen(0, dev), cache=cache, **s))
     ts = interleaved({'cached': run('prefix'), 'uncached': run('none')}, repeats, dev)
     return ratio_figure('prefix cache: rollout time', ts, 'cached', 'uncached', 1.0,
-                        detail=f"B={batch} P={prompt_len} L={s['gen_length']} block={s['block_length']} T={s['steps']}; {clock_for(dev)} clock",
+                        detail=f"B={batch} P={prompt_len} L={s['gen_length']} block={s['block_length']} "
+                               f"T={s['steps']}; {clock_for(dev)} clock",
                         show_abs=dev.type == 'cuda')
 
 # %% ../nbs/14_bench.ipynb #1198c851
 @dataclass
 class BenchArgs:
     "Settings of the benchmark suite"
-    model:str='toy'          # 'toy' (CPU), 'llada8b' (random LLaDA-8B shapes, for a GPU), or a checkpoint for load_model
+    model:str='toy'          # 'toy' (CPU), 'llada8b' (random LLaDA-8B shapes, for a GPU), or a checkpoint to load
     kind:str='auto'          # model family of a checkpoint
     device:str|None=None     # device (None: cuda if available, else cpu)
     repeats:int=5            # timed rounds per figure, after a warm-up round
@@ -391,19 +423,44 @@ class BenchArgs:
     threads:int=1            # CPU threads for torch (0: leave torch's default)
     micro_batch:int=4        # (segment, sequence) pairs per pass in the micro-batching figure
     cache_prompt_len:int=200 # prompt tokens of the prefix-cache figures
-    only:list[str]=field(default_factory=list) # figures to run (default all): sampler sampler_stepmerge rollout_cycle position batching micro_batching passes cycle code cache_tokens cache_speed
+    # figures to run (default all): sampler sampler_stepmerge rollout_cycle position batching micro_batching passes
+    # cycle code cache_tokens cache_speed
+    only:list[str]=field(default_factory=list)
 
 # %% ../nbs/14_bench.ipynb #d3342795
-FIGURES = ('sampler', 'sampler_stepmerge', 'rollout_cycle', 'position', 'batching', 'micro_batching', 'passes', 'cycle', 'code',
-           'cache_tokens', 'cache_speed')
+FIGURES = ('sampler', 'sampler_stepmerge', 'rollout_cycle', 'position', 'batching', 'micro_batching', 'passes',
+           'cycle', 'code', 'cache_tokens', 'cache_speed')
 
+# %% ../nbs/14_bench.ipynb #0x7e40iy
 def bench_model(a:BenchArgs):
     "The model the suite runs on"
-    from mapg.models import load_model, llada_shaped
+    from mapg.models import load_model
+    from mapg.standins import llada_shaped
     dev = a.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     if a.model == 'toy': return load_model(kind='toy', device=dev)
     if a.model == 'llada8b': return llada_shaped(device=dev)
     return load_model(a.model, kind=a.kind, device=dev)
+
+# %% ../nbs/14_bench.ipynb #5p9ru9sj
+def _bench_todo(a:BenchArgs, m)->dict:
+    "Figure name -> a call that measures it, with the settings of `a` on model `m`"
+    g = dict(gen_length=a.gen_length, block_length=a.block_length, steps=a.steps)
+    return {'sampler': lambda: sampler_overhead(m, a.batch, a.prompt_len, a.repeats, **g),
+            'sampler_stepmerge': lambda: sampler_overhead(m, a.batch, a.prompt_len, a.repeats,
+                                                          stepmerge_segments=a.segments, **g),
+            'rollout_cycle': lambda: rollout_cycle(m, a.batch, 2, a.prompt_len, a.repeats,
+                                                   stepmerge_segments=a.segments, **g),
+            'position': lambda: position_term_overhead(m, a.update_batch, a.prompt_len,
+                                                       a.segments, a.k, a.repeats, **g),
+            'batching': lambda: stepmerge_batching(m, a.update_batch, a.prompt_len, a.segments, a.k, a.repeats, **g),
+            'micro_batching': lambda: stepmerge_micro_batching(m, 1, a.update_batch, a.segments, a.k,
+                                                               a.micro_batch, a.repeats, **g),
+            'passes': lambda: passes_per_cycle(m, a.prompt_len, a.segments, a.k, a.mu, **g),
+            'cycle': lambda: training_cycle(m, 2, a.update_batch * 2, a.segments, a.k, a.mu,
+                                            max(1, a.repeats // 2), **g),
+            'code': lambda: code_pool(a.code_n, a.workers, max(2, a.repeats // 2)),
+            'cache_tokens': lambda: cache_tokens(m, a.cache_prompt_len, a.segments, a.k, **g),
+            'cache_speed': lambda: cache_speed(m, a.batch, a.cache_prompt_len, a.repeats, **g)}
 
 # %% ../nbs/14_bench.ipynb #099c3655
 def run_benchmarks(a:BenchArgs, model:'MDLM|None'=None, show:bool=True)->list:
@@ -412,24 +469,15 @@ def run_benchmarks(a:BenchArgs, model:'MDLM|None'=None, show:bool=True)->list:
     bad = [f for f in a.only if f not in FIGURES]
     if bad: raise ValueError(f"only: unknown figure(s) {bad}; choose from {FIGURES}")
     m = model or bench_model(a)
-    g = dict(gen_length=a.gen_length, block_length=a.block_length, steps=a.steps)
-    todo = {'sampler': lambda: sampler_overhead(m, a.batch, a.prompt_len, a.repeats, **g),
-            'sampler_stepmerge': lambda: sampler_overhead(m, a.batch, a.prompt_len, a.repeats, stepmerge_segments=a.segments, **g),
-            'rollout_cycle': lambda: rollout_cycle(m, a.batch, 2, a.prompt_len, a.repeats, stepmerge_segments=a.segments, **g),
-            'position': lambda: position_term_overhead(m, a.update_batch, a.prompt_len, a.segments, a.k, a.repeats, **g),
-            'batching': lambda: stepmerge_batching(m, a.update_batch, a.prompt_len, a.segments, a.k, a.repeats, **g),
-            'micro_batching': lambda: stepmerge_micro_batching(m, 1, a.update_batch, a.segments, a.k, a.micro_batch, a.repeats, **g),
-            'passes': lambda: passes_per_cycle(m, a.prompt_len, a.segments, a.k, a.mu, **g),
-            'cycle': lambda: training_cycle(m, 2, a.update_batch * 2, a.segments, a.k, a.mu, max(1, a.repeats // 2), **g),
-            'code': lambda: code_pool(a.code_n, a.workers, max(2, a.repeats // 2)),
-            'cache_tokens': lambda: cache_tokens(m, a.cache_prompt_len, a.segments, a.k, **g),
-            'cache_speed': lambda: cache_speed(m, a.batch, a.cache_prompt_len, a.repeats, **g)}
+    todo = _bench_todo(a, m)
     if a.model != 'toy' and not a.only:
         todo = {k: v for k, v in todo.items() if k not in ('micro_batching', 'cycle')}
         if show: print("micro_batching and cycle figures left out: they run the toy recipe's prompts (toy model only)")
     out = []
-    if show: print(f"model={a.model} device={m.device} threads={torch.get_num_threads()} clock={clock_for(m.device)} repeats={a.repeats} "
-                   f"L={a.gen_length} block={a.block_length} T={a.steps} N={a.segments} K={a.k} mu={a.mu}", flush=True)
+    if show:
+        print(f"model={a.model} device={m.device} threads={torch.get_num_threads()} clock={clock_for(m.device)} "
+              f"repeats={a.repeats} L={a.gen_length} block={a.block_length} T={a.steps} N={a.segments} K={a.k} "
+              f"mu={a.mu}", flush=True)
     cuda = m.device.type == 'cuda'
     for name in (a.only or [f for f in FIGURES if f in todo]):
         if cuda: torch.cuda.reset_peak_memory_stats(m.device)
@@ -445,7 +493,9 @@ def run_benchmarks(a:BenchArgs, model:'MDLM|None'=None, show:bool=True)->list:
 def bench_cli(argv:list|None=None)->list:
     "Parse `BenchArgs` from the command line and run the suite"
     import sys
-    from mapg.evaluate import docments_parser
-    p = docments_parser(BenchArgs, config=False, description="mapg's speed figures against their targets (ratios, one run, interleaved, repeated).")
+    from mapg.config import docments_parser
+    p = docments_parser(BenchArgs, config=False,
+                        description="mapg's speed figures against their targets "
+                                    "(ratios, one run, interleaved, repeated).")
     ns = vars(p.parse_args(sys.argv[1:] if argv is None else argv))
     return run_benchmarks(BenchArgs(**ns))

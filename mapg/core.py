@@ -38,7 +38,7 @@ def token_logp(logits:Tensor,   # [..., V] model logits (any float dtype)
                ids:Tensor,      # [...] int64 tokens whose log-probability is wanted
                tau:float=1.0    # temperature: log softmax(logits / tau)
               )->Tensor:        # [...] float32
-    "float32 (float64 for float64 logits) `log softmax(logits/tau)[ids]`, the token log-probability at temperature `tau`"
+    "float32 (float64 for float64 logits) `log softmax(logits/tau)[ids]`: token log-probabilities at temperature `tau`"
     if tau <= 0: raise ValueError(f"tau must be > 0 for a log-probability, got {tau}")
     lp = torch.log_softmax(upcast(logits) / tau, dim=-1)
     return lp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
@@ -59,14 +59,17 @@ def _anno(t)->str:
     s = t if isinstance(t, str) else getattr(t, '__name__', None) or str(t).replace('typing.', '')
     return re.sub(r'\s*\|\s*', ' or ', s)
 
+# %% ../nbs/00_core.ipynb #yamr7vqx
 def _exported(cls:type)->type:
-    "The class of that name in the exported package (a notebook's own copy of a class has no source to read comments from)"
+    "The class of that name in the exported package (a notebook's copy of a class has no source to read comments from)"
     if cls.__module__.startswith('mapg.'): return cls
     import sys
-    for m in [m for m in sys.modules if m.startswith('mapg.')]:                   # a module already imported
+    # a module already imported
+    for m in [m for m in sys.modules if m.startswith('mapg.')]:
         c = getattr(sys.modules[m], cls.__qualname__, None)
         if isinstance(c, type) and c.__module__ == m: return c
-    try: from mapg._modidx import d                                               # else: the package's index of symbols
+    # else: the package's index of symbols
+    try: from mapg._modidx import d
     except ImportError: return cls
     mod = next((m for m, syms in d['syms'].items() if f'{m}.{cls.__qualname__}' in syms), None)
     return getattr(importlib.import_module(mod), cls.__qualname__) if mod else cls
@@ -87,8 +90,10 @@ class FieldTable:
     def _repr_markdown_(self)->str:
         code = lambda s: (f'`{s}`' if '|' not in s and '`' not in s else s.replace('|', '&#124;')) if s else ''
         return '\n'.join(['| Field | Type | Default | Meaning |', '|---|---|---|---|'] +
-                          [f"| `{n}` | {code(t)} | {code(d)} | {m.replace('|', '&#124;')} |" for n, t, d, m in self.rows()])
-    def __repr__(self)->str: return '\n'.join(f'{n}: {t}' + (f' = {d}' if d else '') + (f'  # {m}' if m else '') for n, t, d, m in self.rows())
+                          [f"| `{n}` | {code(t)} | {code(d)} | {m.replace('|', '&#124;')} |"
+                           for n, t, d, m in self.rows()])
+    def __repr__(self)->str: return '\n'.join(f'{n}: {t}' + (f' = {d}' if d else '') + (f'  # {m}' if m else '')
+                                              for n, t, d, m in self.rows())
 
 # %% ../nbs/00_core.ipynb #6e9dc1c7
 def fields_table(cls # a dataclass whose fields carry docments
@@ -140,6 +145,7 @@ TOY_SPECIALS = ["[PAD]", "[MASK]", "[UNK]", "<|eos|>", "<|eot|>", "<|system|>", 
 TOY_CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|eot|>{% endfor %}"
                      "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
+# %% ../nbs/00_core.ipynb #3t8lwfq4
 def toy_tokenizer():
     "A character-level `PreTrainedTokenizerFast` with [MASK], EOS, end-of-turn and a chat template, built offline"
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders, Regex
@@ -148,11 +154,13 @@ def toy_tokenizer():
     chars = [chr(i) for i in range(32, 127)] + ['\n']
     vocab = {t: i for i, t in enumerate(TOY_SPECIALS + chars)}
     tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # one token per character
+    # one token per character
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tk.decoder = decoders.Fuse()
     extra = 'extra_special_tokens' if int(transformers.__version__.split('.')[0]) >= 5 else 'additional_special_tokens'
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]",
-                                  eos_token="<|eos|>", **{extra: TOY_SPECIALS[4:]})   # the keyword's name changed in transformers 5
+                                  # the keyword's name changed in transformers 5
+                                  eos_token="<|eos|>", **{extra: TOY_SPECIALS[4:]})
     tok.chat_template = TOY_CHAT_TEMPLATE
     return tok
 
@@ -167,8 +175,8 @@ def toy_config(vocab_size:int=len(TOY_SPECIALS)+96, # tokenizer size (the toy to
     "`BertConfig` of the toy model: tiny, bidirectional, no dropout"
     from transformers import BertConfig
     return BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                      intermediate_size=intermediate or 4*hidden, max_position_embeddings=max_len, hidden_dropout_prob=0.,
-                      attention_probs_dropout_prob=0., pad_token_id=pad_id, type_vocab_size=1)
+                      intermediate_size=intermediate or 4*hidden, max_position_embeddings=max_len,
+                      hidden_dropout_prob=0., attention_probs_dropout_prob=0., pad_token_id=pad_id, type_vocab_size=1)
 
 # %% ../nbs/00_core.ipynb #07df2bc0
 def seeded(seed:int,            # seed of the construction
@@ -183,11 +191,12 @@ def seeded(seed:int,            # seed of the construction
 
 # %% ../nbs/00_core.ipynb #36c311db
 def _toy_init(model, seed:int):
-    "PyTorch's default scales (unit-variance embeddings, 1/sqrt(fan_in) for linear maps) from our own generator: the same weights under every `transformers` version"
+    "PyTorch's default scales (unit-variance embeddings, 1/sqrt(fan_in)) from our own generator: any `transformers`"
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() > 1: p.copy_(torch.randn(p.shape, generator=g) * (1. if 'embeddings' in name else p.shape[1] ** -0.5))
+            if p.dim() > 1:
+                p.copy_(torch.randn(p.shape, generator=g) * (1. if 'embeddings' in name else p.shape[1] ** -0.5))
             elif name.endswith('LayerNorm.weight'): p.fill_(1.)
             else: p.zero_()
     return model
@@ -220,7 +229,8 @@ def load_toy(path:str|Path, dtype:torch.dtype=torch.float32):
     "Load a saved toy model and tokenizer from `path` (eval mode) -> `(model, tokenizer)`"
     from transformers import AutoModelForMaskedLM, AutoTokenizer
     path = Path(path)
-    if not (path/'config.json').exists(): raise FileNotFoundError(f"no model at {path} (config.json missing): run `save_toy({str(path)!r})`")
+    if not (path/'config.json').exists():
+        raise FileNotFoundError(f"no model at {path} (config.json missing): run `save_toy({str(path)!r})`")
     model = AutoModelForMaskedLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").eval()
     return model, AutoTokenizer.from_pretrained(path)
 
@@ -242,7 +252,8 @@ def sharp_toy(seed:int=0,      # seed of the weights
               **kwargs
              )->nn.Module:     # the sharpened toy model, in eval mode
     "The enumeration fixture: the toy architecture with ids [PAD] 0, [MASK] 1 and 2, sharpened"
-    return sharpen(toy_model(seed, **{**dict(vocab_size=3, hidden=16, layers=1, heads=2, max_len=max_len), **kwargs}), scale)
+    return sharpen(toy_model(seed, **{**dict(vocab_size=3, hidden=16, layers=1,
+                                             heads=2, max_len=max_len), **kwargs}), scale)
 
 # %% ../nbs/00_core.ipynb #086ec876
 @contextmanager
@@ -272,5 +283,6 @@ def chk_shape(x:Tensor, dims:str, name:str='tensor', **sizes)->dict:
     if x.dim() != len(names): raise ValueError(f"{name} should have shape [{', '.join(names)}], got {tuple(x.shape)}")
     got = dict(zip(names, x.shape))
     for k, v in sizes.items():
-        if k in got and got[k] != v: raise ValueError(f"{name}: dim {k} should be {v}, got {got[k]} (shape {tuple(x.shape)})")
+        if k in got and got[k] != v:
+            raise ValueError(f"{name}: dim {k} should be {v}, got {got[k]} (shape {tuple(x.shape)})")
     return got

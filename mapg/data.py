@@ -23,8 +23,10 @@ __all__ = ['FORMAT_PROMPT', 'SUDOKU_RULES', 'SUDOKU_SHOTS', 'CODE_INSTRUCTION', 
 # %% ../nbs/11_data.ipynb #0d02f413
 def data_dir()->Path:
     "The shipped data directory: `$MAPG_DATA`, else `data/` next to the `mapg` package (a source checkout)"
-    d = Path(os.environ['MAPG_DATA']) if os.environ.get('MAPG_DATA') else Path(mapg.__file__).resolve().parent.parent/'data'
-    if not d.is_dir(): raise FileNotFoundError(f"no data directory at {d}: set $MAPG_DATA to the project's data/ folder")
+    d = (Path(os.environ['MAPG_DATA']) if os.environ.get('MAPG_DATA')
+         else Path(mapg.__file__).resolve().parent.parent/'data')
+    if not d.is_dir():
+        raise FileNotFoundError(f"no data directory at {d}: set $MAPG_DATA to the project's data/ folder")
     return d
 
 # %% ../nbs/11_data.ipynb #963d6455
@@ -37,18 +39,22 @@ def read_records(path:str|Path)->list:
         raise ValueError(f"{p}: unsupported data file type {kind!r} (use .jsonl, .json or .csv, optionally .gz)")
     import datasets
     datasets.disable_progress_bars(); datasets.logging.set_verbosity_error()
-    if kind == '.csv':                                   # every column as text: puzzles keep their leading zeros
-        with (gzip.open(p, 'rt', encoding='utf-8') if p.suffix == '.gz' else open(p, encoding='utf-8')) as f: cols = next(csv.reader(f))
+    # every column as text: puzzles keep their leading zeros
+    if kind == '.csv':
+        with (gzip.open(p, 'rt', encoding='utf-8') if p.suffix == '.gz' else open(p, encoding='utf-8')) as f:
+            cols = next(csv.reader(f))
         feats = datasets.Features({c: datasets.Value('string') for c in cols})
         return datasets.load_dataset('csv', data_files=str(p), split='train', features=feats).to_list()
     if kind == '.json':
-        with (gzip.open(p, 'rt', encoding='utf-8') if p.suffix == '.gz' else open(p, encoding='utf-8')) as f: first = f.read(1024).lstrip()[:1]
+        with (gzip.open(p, 'rt', encoding='utf-8') if p.suffix == '.gz' else open(p, encoding='utf-8')) as f:
+            first = f.read(1024).lstrip()[:1]
         if first != '[': raise ValueError(f"{p}: a .json data file must hold a list of records")
     return datasets.load_dataset('json', data_files=str(p), split='train').to_list()
 
 # %% ../nbs/11_data.ipynb #02d5528c
 FORMAT_PROMPT = "\nRespond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
 
+# %% ../nbs/11_data.ipynb #qtumavdu
 def gsm8k_prompt(question:str)->list:
     "d1's GSM8K prompt: the format instruction, then the question"
     return [dict(role='user', content=f"{FORMAT_PROMPT}\n\n{question}")]
@@ -56,18 +62,19 @@ def gsm8k_prompt(question:str)->list:
 # %% ../nbs/11_data.ipynb #b52de394
 def math_prompt(problem:str)->list:
     "d1's MATH prompt: the format instruction, the math-expert line asking for \\boxed{}, then the problem"
-    return [dict(role='user', content=f"{FORMAT_PROMPT}\n\nYou are a math expert. You will be given a question to solve. "
+    return [dict(role='user',
+                 content=f"{FORMAT_PROMPT}\n\nYou are a math expert. You will be given a question to solve. "
                                       f"Solve it step by step. Wrap the final answer in a \\boxed{{}}. \n\n{problem}")]
 
 # %% ../nbs/11_data.ipynb #63ab9e33
 def countdown_prompt(numbers:list|tuple, target:int|str)->list:
     "d1's Countdown prompt"
     return [dict(role='user', content=(
-        f"{FORMAT_PROMPT}\nUsing only the numbers {list(numbers)}, create an arithmetic expression that evaluates to exactly "
-        f"{target}. You must use all numbers from the list, and each number must be used exactly once. You may use the "
-        "operations +, -, *, and / as needed. After reasoning, provide only your final expression inside <answer></answer> "
-        "tags without including an equals sign or the target number. For example, if the numbers are [2, 3, 4] and the "
-        "target is 5, a valid answer is: <answer>\n2*4-3\n</answer>"))]
+        f"{FORMAT_PROMPT}\nUsing only the numbers {list(numbers)}, create an arithmetic expression that evaluates to "
+        f"exactly {target}. You must use all numbers from the list, and each number must be used exactly once. "
+        "You may use the operations +, -, *, and / as needed. After reasoning, provide only your final expression "
+        "inside <answer></answer> tags without including an equals sign or the target number. For example, if the "
+        "numbers are [2, 3, 4] and the target is 5, a valid answer is: <answer>\n2*4-3\n</answer>"))]
 
 # %% ../nbs/11_data.ipynb #1c72cc0b
 def chat_prompt(messages:list, tok:'PreTrainedTokenizerBase')->str:
@@ -77,7 +84,8 @@ def chat_prompt(messages:list, tok:'PreTrainedTokenizerBase')->str:
 
 # %% ../nbs/11_data.ipynb #a8c8cc6b
 SUDOKU_RULES = """
-Please solve the following 4x4 Sudoku puzzle. The puzzle is provided as a 16-character string reading left-to-right, top-to-bottom, where '0' represents empty cells.
+Please solve the following 4x4 Sudoku puzzle. The puzzle is provided as a 16-character string reading left-to-right, \
+top-to-bottom, where '0' represents empty cells.
 
 Rules:
 - Fill empty cells with digits 1-4
@@ -85,7 +93,8 @@ Rules:
 - Each column must contain digits 1-4 exactly once
 - Each 2x2 box must contain digits 1-4 exactly once
 
-Important: Your solution must be a COMPLETE 16-character string with only the digits 1-4, representing your final solved grid.
+Important: Your solution must be a COMPLETE 16-character string with only the digits 1-4, \
+representing your final solved grid.
 
 Respond in this exact format:
 <reasoning>
@@ -96,23 +105,28 @@ Your step-by-step solving process
 </answer>
 """
 
+# %% ../nbs/11_data.ipynb #u92yp056
 SUDOKU_SHOTS = (
-    "Question:\nSolve the following Sudoku puzzle: 3014002020004130\nAnswer:\n<reasoning>\nInterpret puzzle as 4 rows of 4:\n"
-    "R1: 3 0 1 4\nR2: 0 0 2 0\nR3: 2 0 0 0\nR4: 4 1 3 0\n\nFill easy singles:\nR1 missing 2 → R1C2=2.\nR4 missing 2 → R4C4=2.\n"
+    "Question:\nSolve the following Sudoku puzzle: 3014002020004130\nAnswer:\n<reasoning>\n"
+    "Interpret puzzle as 4 rows of 4:\nR1: 3 0 1 4\nR2: 0 0 2 0\nR3: 2 0 0 0\nR4: 4 1 3 0\n\nFill easy singles:\n"
+    "R1 missing 2 → R1C2=2.\nR4 missing 2 → R4C4=2.\n"
     "Box D (R3-4,C3-4) then needs {1,4}; column4 can only accept 1 → R3C4=1, R3C3=4.\nR3 now missing 3 → R3C2=3.\n"
-    "Column1 missing 1 → R2C1=1.\nColumn2 missing 4 → R2C2=4.\nLast cell R2C4=3.\n\nFinal grid:\nR1: 3 2 1 4\nR2: 1 4 2 3\n"
-    "R3: 2 3 4 1\nR4: 4 1 3 2\n</reasoning>\n<answer>\n3214142323414132\n</answer>",
-    "Question:\nSolve the following Sudoku puzzle: 0000100420013142\nAnswer:\n<reasoning>\nInterpret puzzle as 4 rows of 4:\n"
-    "R1: 0 0 0 0\nR2: 1 0 0 4\nR3: 2 0 0 1\nR4: 3 1 4 2\n\nFill easy singles:\nCol1 missing 4 → R1C1=4.\nCol4 missing 3 → R1C4=3.\n"
+    "Column1 missing 1 → R2C1=1.\nColumn2 missing 4 → R2C2=4.\nLast cell R2C4=3.\n\nFinal grid:\nR1: 3 2 1 4\n"
+    "R2: 1 4 2 3\nR3: 2 3 4 1\nR4: 4 1 3 2\n</reasoning>\n<answer>\n3214142323414132\n</answer>",
+    "Question:\nSolve the following Sudoku puzzle: 0000100420013142\nAnswer:\n<reasoning>\n"
+    "Interpret puzzle as 4 rows of 4:\nR1: 0 0 0 0\nR2: 1 0 0 4\nR3: 2 0 0 1\nR4: 3 1 4 2\n\nFill easy singles:\n"
+    "Col1 missing 4 → R1C1=4.\nCol4 missing 3 → R1C4=3.\n"
     "Box A (R1-2,C1-2) missing {2,3} and R1 now needs {1,2} → R1C2=2, R2C2=3.\nR1C3=1.\nR2 now missing 2 → R2C3=2.\n"
-    "Col2 missing 4 → R3C2=4, then R3C3=3.\n\nFinal grid:\nR1: 4 2 1 3\nR2: 1 3 2 4\nR3: 2 4 3 1\nR4: 3 1 4 2\n</reasoning>\n"
-    "<answer>\n4213132424313142\n</answer>",
-    "Question:\nSolve the following Sudoku puzzle: 2001403002001420\nAnswer:\n<reasoning>\nInterpret puzzle as 4 rows of 4:\n"
-    "R1: 2 0 0 1\nR2: 4 0 3 0\nR3: 0 2 0 0\nR4: 1 4 2 0\n\nFill easy singles:\nR1 missing {3,4}; Col2 can't be 1 so R1C2=3 → R1C3=4.\n"
-    "R4 missing 3 → R4C4=3.\nCol4 missing {2,4}; R2 must take 2 → R2C4=2 → R2C2=1.\nCol1 missing 3 → R3C1=3.\n"
-    "Col3 missing 1 → R3C3=1 → R3C4=4.\n\nFinal grid:\nR1: 2 3 4 1\nR2: 4 1 3 2\nR3: 3 2 1 4\nR4: 1 4 2 3\n</reasoning>\n"
-    "<answer>\n2341413232141423\n</answer>")
+    "Col2 missing 4 → R3C2=4, then R3C3=3.\n\nFinal grid:\nR1: 4 2 1 3\nR2: 1 3 2 4\nR3: 2 4 3 1\nR4: 3 1 4 2\n"
+    "</reasoning>\n<answer>\n4213132424313142\n</answer>",
+    "Question:\nSolve the following Sudoku puzzle: 2001403002001420\nAnswer:\n<reasoning>\n"
+    "Interpret puzzle as 4 rows of 4:\nR1: 2 0 0 1\nR2: 4 0 3 0\nR3: 0 2 0 0\nR4: 1 4 2 0\n\nFill easy singles:\n"
+    "R1 missing {3,4}; Col2 can't be 1 so R1C2=3 → R1C3=4.\nR4 missing 3 → R4C4=3.\n"
+    "Col4 missing {2,4}; R2 must take 2 → R2C4=2 → R2C2=1.\nCol1 missing 3 → R3C1=3.\n"
+    "Col3 missing 1 → R3C3=1 → R3C4=4.\n\nFinal grid:\nR1: 2 3 4 1\nR2: 4 1 3 2\nR3: 3 2 1 4\nR4: 1 4 2 3\n"
+    "</reasoning>\n<answer>\n2341413232141423\n</answer>")
 
+# %% ../nbs/11_data.ipynb #7wa0o1zy
 def sudoku_prompt(puzzle:str, shots:int=3)->list:
     "SPG's Sudoku prompt with `shots` (0-3) worked examples"
     if not 0 <= shots <= len(SUDOKU_SHOTS): raise ValueError(f"shots must be in 0..{len(SUDOKU_SHOTS)}, got {shots}")
@@ -123,6 +137,7 @@ def sudoku_prompt(puzzle:str, shots:int=3)->list:
 CODE_INSTRUCTION = ("Think step by step, then give the complete solution (with the imports it needs) "
                     "in a single ```python code block.")
 
+# %% ../nbs/11_data.ipynb #nsr77a2u
 def code_prompt(task:str, tests:list|None=None, signature:str|None=None, code:str|None=None)->list:
     "A code prompt: `task` text, optionally its `tests`, the function `signature` to write, or `code` to complete"
     parts = [f"You are an expert Python programmer. {task.strip()}"]
@@ -158,7 +173,8 @@ def pytest_cases(test_src:str)->list:
     for n in tree.body:
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith('test'): calls.append(n.name)
         elif isinstance(n, ast.ClassDef) and n.name.startswith('Test'):
-            calls += [f"{n.name}().{m.name}" for m in n.body if isinstance(m, ast.FunctionDef) and m.name.startswith('test')]
+            calls += [f"{n.name}().{m.name}" for m in n.body if isinstance(m, ast.FunctionDef)
+                      and m.name.startswith('test')]
     return [f"{test_src}\n{_RUN_CASE}\n_mapg_run_case({c})\n" for c in calls]
 
 # %% ../nbs/11_data.ipynb #0794dba6
@@ -172,40 +188,53 @@ def prompt_imports(code:str)->list:
 def _gsm8k_row(r):
     return dict(prompt=gsm8k_prompt(r['question']), answer=hash_answer(r['answer']))
 
+# %% ../nbs/11_data.ipynb #8mlyfsio
 def _math_row(r):
     ans = r.get('answer') or last_boxed(r.get('solution', '') or '')
     if not ans: raise ValueError(f"MATH row has no `answer` and no \\boxed{{}} in its `solution`: {str(r)[:100]}")
     return dict(prompt=math_prompt(r['problem']), answer=ans)
 
+# %% ../nbs/11_data.ipynb #64bpeclp
 def _humaneval_row(r):
     return dict(prompt=code_prompt("Complete the following Python function:", code=r['prompt']), tests=r['test'],
-                entry_point=r['entry_point'], test_imports=prompt_imports(r['prompt']), helpers=r['prompt'], id=r['task_id'])
+                entry_point=r['entry_point'], test_imports=prompt_imports(r['prompt']),
+                helpers=r['prompt'], id=r['task_id'])
 
+# %% ../nbs/11_data.ipynb #he2jyp1x
 def _mbpp_entry(r)->str|None:
     "The function MBPP's tests call that its reference code defines (the one a solution may name like a built-in)"
-    try: defined = {n.name for n in ast.parse(r.get('code') or '').body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    try:
+        defined = {n.name for n in ast.parse(r.get('code') or '').body if isinstance(n,
+                (ast.FunctionDef, ast.ClassDef))}
     except SyntaxError: return None
     for t in r['test_list']:
-        try: calls = [n.func.id for n in ast.walk(ast.parse(t)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+        try:
+            calls = [n.func.id for n in ast.walk(ast.parse(t)) if isinstance(n, ast.Call)
+                     and isinstance(n.func, ast.Name)]
         except SyntaxError: continue
         if hit := next((c for c in calls if c in defined), None): return hit
     return None
 
+# %% ../nbs/11_data.ipynb #v7nge26j
 def _mbpp_row(r):
     return dict(prompt=code_prompt(r['prompt'], tests=r['test_list']), tests=list(r['test_list']),
                 test_imports=list(r.get('test_imports') or []), entry_point=_mbpp_entry(r), id=r['task_id'])
 
+# %% ../nbs/11_data.ipynb #b81kjpkt
 def _kodcode_row(r):
     info = r.get('test_info') or []
     sig = info[0].get('function_declaration') if info and isinstance(info[0], dict) else None
     cases = pytest_cases(r['test'])
     if not cases: raise ValueError(f"KodCode row {r.get('question_id')} has no test functions")
-    return dict(prompt=code_prompt(r['question'], signature=sig), tests=cases, test_imports=[], id=r.get('question_id'))
+    return dict(prompt=code_prompt(r['question'], signature=sig), tests=cases,
+                test_imports=[], id=r.get('question_id'))
 
+# %% ../nbs/11_data.ipynb #izxnurhq
 def _sudoku_row(r, shots=3):
     pz, sol = str(r.get('Puzzle', r.get('puzzle'))), str(r.get('Solution', r.get('solution')))
     return dict(prompt=sudoku_prompt(pz, shots), puzzle=pz, solution=sol)
 
+# %% ../nbs/11_data.ipynb #w1crjlw6
 def _countdown_row(r):
     nums = r['nums'] if 'nums' in r else [int(x) for x in str(r['input']).split(',')]
     target = int(r['target'] if 'target' in r else r['output'])
@@ -230,7 +259,8 @@ DATASETS = dict(
     math=DataSpec('math', _math_row, dict(test='math500_test.jsonl'), dict(train=('ankner/math-500', None, 'train'))),
     humaneval=DataSpec('code', _humaneval_row, dict(test='humaneval.jsonl.gz')),
     mbpp=DataSpec('code', _mbpp_row, {s: 'mbpp_sanitized.json' for s in _MBPP_SPLITS},
-                  keep=lambda s, r: _MBPP_SPLITS[s][0] <= int(r['task_id']) <= _MBPP_SPLITS[s][1] if s in _MBPP_SPLITS else True),
+                  keep=lambda s, r: _MBPP_SPLITS[s][0] <= int(r['task_id']) <= _MBPP_SPLITS[s][1]
+                  if s in _MBPP_SPLITS else True),
     kodcode=DataSpec('code', _kodcode_row, hub=dict(train=('KodCode/KodCode-Light-RL-10K', None, 'train'))),
     sudoku=DataSpec('sudoku', _sudoku_row, dict(test='sudoku_4x4_test_spg_split.csv', test_d1='sudoku_4x4_test.csv')),
     countdown=DataSpec('countdown', _countdown_row, dict(test='countdown_cd3_test.jsonl'),
@@ -245,13 +275,15 @@ def _hub_rows(name:str, config:str|None, split:str)->list:
                                           "or pass a local file in its schema as `source`") from None
     return list(datasets.load_dataset(name, config, split=split))
 
+# %% ../nbs/11_data.ipynb #b345nmwp
 def _is_path(source)->bool:
-    return isinstance(source, Path) or Path(str(source)).exists() or bool(re.search(r'\.(jsonl|json|csv)(\.gz)?$', str(source)))
+    return (isinstance(source, Path) or Path(str(source)).exists()
+            or bool(re.search(r'\.(jsonl|json|csv)(\.gz)?$', str(source))))
 
 # %% ../nbs/11_data.ipynb #89ea2337
 def load_data(name:str,              # dataset: a key of `DATASETS`
               split:str='test',      # split (see the table above)
-              source:str|Path|None=None, # None (shipped file or default hub name), a local file path, or a hub dataset name
+              source:str|Path|None=None, # None (shipped file or default hub name), a local file, or a hub dataset
               tok:'PreTrainedTokenizerBase|None'=None, # tokenizer: also render `text` with its chat template
               limit:int|None=None,   # keep the first `limit` records
               **kw                   # passed to the row converter (Sudoku: `shots`)
@@ -262,8 +294,10 @@ def load_data(name:str,              # dataset: a key of `DATASETS`
     if source is None:
         if split in spec.files: rows = read_records(data_dir()/spec.files[split])
         elif split in spec.hub: rows = _hub_rows(*spec.hub[split])
-        else: raise ValueError(f"dataset {name!r} has no split {split!r}: shipped {sorted(spec.files)}, hub {sorted(spec.hub)}"
-                               + (" (Sudoku training puzzles come from `make_sudoku`)" if name == 'sudoku' else ''))
+        else:
+            raise ValueError(f"dataset {name!r} has no split {split!r}: shipped {sorted(spec.files)}, "
+                             f"hub {sorted(spec.hub)}"
+                             + (" (Sudoku training puzzles come from `make_sudoku`)" if name == 'sudoku' else ''))
     elif _is_path(source): rows = read_records(source)
     else: rows = _hub_rows(str(source), None, split)
     if spec.keep is not None: rows = [r for r in rows if spec.keep(split, r)]
@@ -320,7 +354,8 @@ def make_sudoku(n:int,                         # puzzles to make
     if exclude is None: exclude = {r['Solution'] for r in read_records(data_dir()/DATASETS['sudoku'].files['test'])}
     pool = [s for s in sudoku_grids() if s not in set(exclude)]
     if not pool: raise ValueError("every 4x4 grid is excluded: no solution left to make puzzles from")
-    if not 1 <= min_blanks <= max_blanks <= 16: raise ValueError(f"need 1 <= min_blanks <= max_blanks <= 16, got {min_blanks}, {max_blanks}")
+    if not 1 <= min_blanks <= max_blanks <= 16:
+        raise ValueError(f"need 1 <= min_blanks <= max_blanks <= 16, got {min_blanks}, {max_blanks}")
     out = []
     while len(out) < n:
         sol = pool[int(torch.randint(len(pool), (1,), generator=generator))]
@@ -334,7 +369,8 @@ def make_sudoku(n:int,                         # puzzles to make
 def sudoku_train(n:int, generator:torch.Generator, tok:'PreTrainedTokenizerBase|None'=None, shots:int=3,
                  **kw)->list:
     "`n` generated Sudoku training records (prompt, puzzle, solution, task), as `load_data` returns them"
-    recs = [{'id': f"sudoku/train/{i}", **_sudoku_row(r, shots), 'task': 'sudoku'} for i, r in enumerate(make_sudoku(n, generator, **kw))]
+    recs = [{'id': f"sudoku/train/{i}", **_sudoku_row(r, shots), 'task': 'sudoku'}
+            for i, r in enumerate(make_sudoku(n, generator, **kw))]
     if tok is not None:
         for r in recs: r['text'] = chat_prompt(r['prompt'], tok)
     return recs

@@ -19,7 +19,8 @@ class DeviceMixError(RuntimeError):
     "Tensors of two devices met in one operation (the error a GPU run raises), found on the CPU by `device_guard`"
 
 _CPU = torch.device('cpu')
-_ATTR = '_mapg_device'                                 # the virtual device, kept in the tensor's own attributes
+# the virtual device, kept in the tensor's own attributes
+_ATTR = '_mapg_device'
 _real_device, _real_data = torch._C.TensorBase.device, torch._C.TensorBase.data
 
 # %% ../nbs/15_device.ipynb #681478d0
@@ -35,10 +36,12 @@ def _mark(t, dev:torch.device):
         elif _ATTR in t.__dict__: del t.__dict__[_ATTR]
     return t
 
+# %% ../nbs/15_device.ipynb #kgvi8na6
 def _dev(d)->torch.device|None: return None if d is None else torch.device(d)
 
 def _cpu_scalar(t:Tensor)->bool: return t.dim() == 0 and vdevice(t).type == 'cpu'
 
+# %% ../nbs/15_device.ipynb #kfvb0zwl
 def _tensors(*groups)->list:
     "The tensors among the values of `groups`, one level of lists and tuples opened (as operations take them)"
     out = []
@@ -48,11 +51,15 @@ def _tensors(*groups)->list:
             elif isinstance(v, (list, tuple)): out.extend(x for x in v if isinstance(x, Tensor))
     return out
 
+# %% ../nbs/15_device.ipynb #paybpcw6
 _MUTABLE = {}
+
+# %% ../nbs/15_device.ipynb #7nhvt0j9
 def _mutable(func)->bool:
     if func not in _MUTABLE: _MUTABLE[func] = func._schema.is_mutable
     return _MUTABLE[func]
 
+# %% ../nbs/15_device.ipynb #968sp4jn
 _aten = torch.ops.aten
 # operations that may take tensors of two devices on a GPU: copies between devices, `.item()`, shallow-copy checks
 _MIXING = {_aten.copy_.default, _aten._to_copy.default, _aten.copy.default, _aten._local_scalar_dense.default,
@@ -64,10 +71,12 @@ _INDEXED = {_aten.index.Tensor, _aten.index_put_.default, _aten.index_put.defaul
 # %% ../nbs/15_device.ipynb #4675a1df
 def _mixed(func, devs:set, args:tuple, kwargs:dict)->DeviceMixError:
     "PyTorch's error, with the device and shape of each tensor argument of the operation"
-    where = [f"{k}: {vdevice(t)} {tuple(t.shape)}" for k, t in [*enumerate(args), *kwargs.items()] if isinstance(t, Tensor)]
+    where = [f"{k}: {vdevice(t)} {tuple(t.shape)}"
+             for k, t in [*enumerate(args), *kwargs.items()] if isinstance(t, Tensor)]
     return DeviceMixError(f"Expected all tensors to be on the same device, but found at least two devices, "
                           f"{', '.join(sorted(map(str, devs)))}! (in {func}: {'; '.join(where)}; mapg's device guard)")
 
+# %% ../nbs/15_device.ipynb #m9f2h4c7
 class _Dispatch(TorchDispatchMode):
     "Checks the devices of every operation's tensors (backward included) and gives its outputs their device"
     def __init__(self, device:torch.device): super().__init__(); self.device = device
@@ -75,22 +84,29 @@ class _Dispatch(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         want = _dev(kwargs.get('device'))
-        if want is not None and want.type == 'meta': return func(*args, **kwargs)       # shapes only: nothing to mix
+        # shapes only: nothing to mix
+        if want is not None and want.type == 'meta': return func(*args, **kwargs)
         if want is not None and want.type != 'cpu':
-            if want.type != self.device.type: raise DeviceMixError(f"{func}: device {want} in a run guarded as {self.device}")
-            kwargs['device'] = _CPU                                                         # the values live on the CPU
-        elif want is not None: want = None     # PyTorch's own code reads the physical device: the inputs decide, as below
+            if want.type != self.device.type:
+                raise DeviceMixError(f"{func}: device {want} in a run guarded as {self.device}")
+            # the values live on the CPU
+            kwargs['device'] = _CPU
+        # PyTorch's own code reads the physical device: the inputs decide, as below
+        elif want is not None: want = None
         ts = _tensors((args[0], *args[2:]) if func in _INDEXED else args, kwargs.values())
         devs = {vdevice(t) for t in ts if not _cpu_scalar(t)}
         if len(devs) > 1 and func not in _MIXING: raise _mixed(func, devs, args, kwargs)
         out = func(*args, **kwargs)
-        if func in (_aten.copy_.default, _aten.set_.source_Tensor): return out          # the destination keeps its device
+        # the destination keeps its device
+        if func in (_aten.copy_.default, _aten.set_.source_Tensor): return out
         outs = _tensors((out,))
-        if ts and _mutable(func) and any(o is ts[0] for o in outs): return out           # in place: keeps its device
+        # in place: keeps its device
+        if ts and _mutable(func) and any(o is ts[0] for o in outs): return out
         if want is not None: dev = want
         elif func is _aten._to_copy.default or len(devs) > 1: dev = vdevice(args[0])
         elif devs: dev = next(iter(devs))
-        else: dev = vdevice(ts[0]) if ts else _CPU                                         # CPU scalars only
+        # CPU scalars only
+        else: dev = vdevice(ts[0]) if ts else _CPU
         for o in outs: _mark(o, dev)
         return out
 
@@ -99,15 +115,19 @@ def _to_args(args:tuple, kwargs:dict)->tuple:
     "(device, {dtype, non_blocking, memory_format, copy}) of a `Tensor.to` call"
     rest, copy = list(args), kwargs.pop('copy', False)
     if len(rest) >= 3 and isinstance(rest[-1], bool) and isinstance(rest[-2], bool): copy = rest.pop()
-    if rest and isinstance(rest[0], Tensor): dev, dtype, nb, fmt = vdevice(rest[0]), rest[0].dtype, (rest[1:] or [False])[0], None
+    if rest and isinstance(rest[0], Tensor):
+        dev, dtype, nb, fmt = vdevice(rest[0]), rest[0].dtype, (rest[1:] or [False])[0], None
     else: dev, dtype, nb, fmt = torch._C._nn._parse_to(*rest, **kwargs)
-    return dev, {k: v for k, v in dict(dtype=dtype, non_blocking=nb, memory_format=fmt, copy=copy).items() if v is not None}
+    return dev, {k: v for k, v in dict(dtype=dtype, non_blocking=nb,
+                                       memory_format=fmt, copy=copy).items() if v is not None}
 
+# %% ../nbs/15_device.ipynb #bg04nvgb
 def _generator_check(func, args:tuple, kwargs:dict):
     "A random operation's generator must live where its values go"
     g = kwargs.get('generator')
     if not isinstance(g, torch.Generator): return
-    onto = _dev(kwargs.get('device')) or next((vdevice(t) for t in tree_flatten(args)[0] if isinstance(t, Tensor)), _CPU)
+    onto = _dev(kwargs.get('device')) or next((vdevice(t)
+                                               for t in tree_flatten(args)[0] if isinstance(t, Tensor)), _CPU)
     if (have := getattr(g, _ATTR, _CPU)) != onto:
         raise DeviceMixError(f"Expected a '{onto.type}' device type for generator but found '{have.type}' "
                              f"(in {getattr(func, '__name__', func)}; mapg's device guard)")
@@ -124,9 +144,11 @@ class _Function(TorchFunctionMode):
         else: dev, kw = _to_args(args[1:], kwargs)
         if dev is None: return Tensor.to(src, **kw)
         if dev.type == 'meta' or _real_device.__get__(src).type == 'meta': return func(*args, **kwargs)
-        if dev.type not in ('cpu', self.device.type): raise DeviceMixError(f"to: device {dev} in a run guarded as {self.device}")
+        if dev.type not in ('cpu', self.device.type):
+            raise DeviceMixError(f"to: device {dev} in a run guarded as {self.device}")
         dev = self.device if dev.type != 'cpu' else _CPU
-        if vdevice(src) != dev: kw['copy'] = True                  # a move makes a new tensor, as between real devices
+        # a move makes a new tensor, as between real devices
+        if vdevice(src) != dev: kw['copy'] = True
         out = Tensor.to(src, **kw) if kw else src
         return out if out is src else _mark(out, dev)
 
@@ -140,12 +162,15 @@ class _Function(TorchFunctionMode):
         dev = _dev(kwargs.get('device'))
         if dev is None or dev.type == 'meta': return func(*args, **kwargs)
         dev = _CPU if dev.type == 'cpu' else self.device
-        if func in (torch.tensor, torch.as_tensor, torch.asarray):           # these would stop at a CUDA device guard
+        # these would stop at a CUDA device guard
+        if func in (torch.tensor, torch.as_tensor, torch.asarray):
             kwargs.pop('device')
             out = func(*args, **kwargs)
-            if dev.type != 'cpu' and out is (args[0] if args else None): out = out.clone()   # to a GPU is a copy
+            # to a GPU is a copy
+            if dev.type != 'cpu' and out is (args[0] if args else None): out = out.clone()
         else: out = func(*args, **kwargs)
-        return tree_map(lambda o: _mark(o, dev), out)                         # a device asked for by name is where it goes
+        # a device asked for by name is where it goes
+        return tree_map(lambda o: _mark(o, dev), out)
 
 # %% ../nbs/15_device.ipynb #8c2a39f6
 class _Generator(torch.Generator):
@@ -158,6 +183,7 @@ class _Generator(torch.Generator):
     @property
     def device(self): return getattr(self, _ATTR, _CPU)
 
+# %% ../nbs/15_device.ipynb #0rlcue27
 def _unlabelled(reduce):
     "A tensor's `__reduce_ex__` that pickles it without its virtual device (files hold CPU tensors)"
     def f(self, proto):
@@ -174,22 +200,26 @@ def _patches(device:torch.device)->list:
     def data_set(self, v): _real_data.__set__(self, v); _mark(self, vdevice(v))
     param_new = nn.Parameter.__new__
     def new_param(cls, data=None, requires_grad=True, **kw):
-        kw.pop(_ATTR, None)                                      # transformers rebuilds parameters from their attributes
+        # transformers rebuilds parameters from their attributes
+        kw.pop(_ATTR, None)
         p = param_new(cls, data, requires_grad, **kw)
         return p if data is None else _mark(p, vdevice(data))
-    ps = [(torch.Tensor, 'device', property(vdevice)), (torch.Tensor, 'is_cuda', property(lambda t: vdevice(t).type == 'cuda')),
+    ps = [(torch.Tensor, 'device', property(vdevice)),
+          (torch.Tensor, 'is_cuda', property(lambda t: vdevice(t).type == 'cuda')),
           (torch.Tensor, 'data', property(data_get, data_set)), (nn.Parameter, '__new__', new_param),
           (torch.Tensor, '__reduce_ex__', _unlabelled(torch.Tensor.__reduce_ex__)),
           (nn.Parameter, '__reduce_ex__', _unlabelled(nn.Parameter.__reduce_ex__)), (torch, 'Generator', _Generator),
-          (torch.cuda, '_lazy_init', lambda: None)]                # device arguments reach the dispatcher, which rewrites them
+          # device arguments reach the dispatcher, which rewrites them
+          (torch.cuda, '_lazy_init', lambda: None)]
     # the CUDA runtime's bookkeeping: random state (the values are drawn from the CPU's), timing and memory
-    ps += [(torch.cuda, n, lambda *a, **k: None) for n in ('synchronize', 'reset_peak_memory_stats', 'empty_cache', 'set_rng_state',
-                                                           'set_rng_state_all')]
+    ps += [(torch.cuda, n, lambda *a, **k: None)
+           for n in ('synchronize', 'reset_peak_memory_stats', 'empty_cache', 'set_rng_state', 'set_rng_state_all')]
     ps += [(torch.cuda, 'max_memory_allocated', lambda *a, **k: 0), (torch.cuda, 'get_rng_state_all', lambda: []),
            (torch.cuda, 'get_rng_state', lambda *a, **k: torch.zeros(0, dtype=torch.uint8))]
     try:
         import accelerate
-        ps.append((accelerate.Accelerator, 'device', property(lambda self: device)))   # the engine places the model there
+        # the engine places the model there
+        ps.append((accelerate.Accelerator, 'device', property(lambda self: device)))
     except ImportError: pass
     return ps
 
@@ -200,7 +230,8 @@ def device_guard(device:str|torch.device='cuda:0'  # the device the run believes
     "Run as if `device` were a GPU: its tensors hold CPU values, and any operation mixing them with CPU tensors raises"
     device = torch.device(device)
     device = torch.device(device.type, device.index or 0)
-    if device.type in ('cpu', 'meta'): raise ValueError(f"device: guard a GPU-like device such as 'cuda:0', not {device.type!r}")
+    if device.type in ('cpu', 'meta'):
+        raise ValueError(f"device: guard a GPU-like device such as 'cuda:0', not {device.type!r}")
     ps = _patches(device)
     old = [(o, n, o.__dict__.get(n, _MISSING)) for o, n, _ in ps]
     for o, n, v in ps: setattr(o, n, v)
@@ -211,4 +242,5 @@ def device_guard(device:str|torch.device='cuda:0'  # the device the run believes
             if v is _MISSING: delattr(o, n)
             else: setattr(o, n, v)
 
+# %% ../nbs/15_device.ipynb #4r2tfdaa
 _MISSING = object()

@@ -22,12 +22,14 @@ def _windows(r:Rollout, t0:Tensor, t1:Tensor):
     b_lo, b_hi = t0 // s.steps_per_block, (t1 - 1) // s.steps_per_block
     return b_lo * s.block_length, int((b_hi - b_lo + 1).max()) * s.block_length
 
+# %% ../nbs/06_likelihood.ipynb #tohl9htm
 def _state(r:Rollout, rows:Tensor, t0:Tensor)->Tensor:
     "[n, S] canvases z^{t0[j]} of sequences `rows[j]`"
     ids = r.ids[rows].clone()
     ids[:, r.prompt_len:].masked_fill_(r.unmask_step[rows] > t0[:, None], r.mask_id)
     return ids
 
+# %% ../nbs/06_likelihood.ipynb #9971ksya
 def _window_logits(model, r:Rollout, rows:Tensor, t0:Tensor, t1:Tensor, cols:Tensor, mb:int):
     "(pair indices j, [len(j), W, V] logits of z^{t0} on the window `cols[j]`), at most `mb` pairs per forward pass"
     s, P = r.settings, r.prompt_len
@@ -37,43 +39,53 @@ def _window_logits(model, r:Rollout, rows:Tensor, t0:Tensor, t1:Tensor, cols:Ten
             lg = model.forward(_state(r, rows[j], t0[j]), **model.forward_kwargs(r.attn[rows[j]]))
             yield j, upcast(lg[:, P:].gather(1, cols[j, :, None].expand(-1, -1, lg.shape[-1])))
         return
-    spb, bl = s.steps_per_block, s.block_length        # cache='prefix': z_b's prefix, then z^{t0} on the pair's own window
+    # cache='prefix': z_b's prefix, then z^{t0} on the pair's own window
+    spb, bl = s.steps_per_block, s.block_length
     b_lo = t0 // spb
     width = ((t1 - 1) // spb - b_lo + 1) * bl
     for b, w in sorted(set(zip(b_lo.tolist(), width.tolist()))):
         idx = ((b_lo == b) & (width == w)).nonzero().squeeze(1)
-        u, inv = rows[idx].unique(return_inverse=True)     # one prefix pass per sequence and block, shared by its pairs
+        # one prefix pass per sequence and block, shared by its pairs
+        u, inv = rows[idx].unique(return_inverse=True)
         pc = PrefixCache(model, _state(r, u, t0.new_full(u.shape, b * spb)), r.attn[u], P + b * bl)
         for a in range(0, len(idx), mb):
             j, ix = idx[a:a + mb], inv[a:a + mb]
             same = len(ix) == len(u) and bool((ix == torch.arange(len(u), device=ix.device)).all())
-            lg = (pc if same else pc.rows(ix)).logits(_state(r, rows[j], t0[j]), w)        # [len(j), w, V]
+            # [len(j), w, V]
+            lg = (pc if same else pc.rows(ix)).logits(_state(r, rows[j], t0[j]), w)
             yield j, upcast(lg.gather(1, (cols[j] - b * bl).clamp(max=w - 1)[..., None].expand(-1, -1, lg.shape[-1])))
 
-def _replay(model, r:Rollout, rows:Tensor, t0:Tensor, t1:Tensor, micro_batch:int|None, exact:bool, positions:bool=True):
+# %% ../nbs/06_likelihood.ipynb #cwyaesjq
+def _replay(model, r:Rollout, rows:Tensor, t0:Tensor, t1:Tensor, micro_batch:int|None,
+            exact:bool, positions:bool=True):
     "Score (sequence `rows[j]`, steps t0[j]+1..t1[j]) pairs; return [B, L] token terms, position terms, proposal terms"
     s, P, dev, L = r.settings, r.prompt_len, r.ids.device, r.L
     n = len(rows)
     start, W = _windows(r, t0, t1)
-    cols = (start[:, None] + torch.arange(W, device=dev)).clamp(max=L - 1)          # [n, W] window positions
+    # [n, W] window positions
+    cols = (start[:, None] + torch.arange(W, device=dev)).clamp(max=L - 1)
     inwin = start[:, None] + torch.arange(W, device=dev) < L
     g = lambda a: a[rows].gather(1, cols)
     x, step, rank = g(r.completion), g(r.unmask_step).masked_fill(~inwin, 0), g(r.unmask_rank)
     blk = (cols // s.block_length).masked_fill(~inwin, -1)
     tokens = None
-    if exact and s.score == 'token_logprob':                                         # competitors scored with their proposals
+    # competitors scored with their proposals
+    if exact and s.score == 'token_logprob':
         off = (t0 // s.steps_per_block) * s.block_length
         prop = r.proposals[rows, t0].gather(1, (cols - off[:, None]).clamp(0, s.block_length - 1))
         tokens = torch.where((prop >= 0) & (cols - off[:, None] < s.block_length), prop, x)
     lt = lp = lq = None
     with eval_mode(model.model):
         for j, lgw in _window_logits(model, r, rows, t0, t1, cols, micro_batch or n):
-            a_t, a_p = segment_terms(lgw, x[j], step[j], rank[j], blk[j], t0[j], t1[j], s, None if tokens is None else tokens[j], positions)
+            a_t, a_p = segment_terms(lgw, x[j], step[j], rank[j], blk[j], t0[j], t1[j], s,
+                                     None if tokens is None else tokens[j], positions)
             if lt is None: lt, lp, lq = (lgw.new_zeros(r.B, L) for _ in range(3))
             lt = lt.index_put((rows[j, None].expand_as(cols[j]), cols[j]), a_t, accumulate=True)
             lp = lp.index_put((rows[j, None].expand_as(cols[j]), cols[j]), a_p, accumulate=True)
-            if tokens is not None and s.temperature > 0:                             # discarded proposals' token log-probs
-                disc = (step[j] > t1[j, None]) & (blk[j] == (t0[j, None] // s.steps_per_block))   # eligible at t, not kept
+            # discarded proposals' token log-probs
+            if tokens is not None and s.temperature > 0:
+                # eligible at t, not kept
+                disc = (step[j] > t1[j, None]) & (blk[j] == (t0[j, None] // s.steps_per_block))
                 a_q = torch.where(disc, token_logp(lgw, tokens[j], s.temperature), 0.)
                 lq = lq.index_put((rows[j, None].expand_as(cols[j]), cols[j]), a_q, accumulate=True)
     return lt, lp, lq
@@ -110,7 +122,8 @@ def exact_log_probs(model:'MDLM',              # an MDLM adapter
                    )->LogProbs:                # every decision scored; `prop` for 'token_logprob'
     "Exact log-probabilities of every decision of `r` under `model`, by teacher-forced replay of all T steps"
     B, T, dev = r.B, r.T, r.ids.device
-    t = torch.arange(T, device=dev).repeat_interleave(B)                             # pairs ordered by step: one pass per step
+    # pairs ordered by step: one pass per step
+    t = torch.arange(T, device=dev).repeat_interleave(B)
     rows = torch.arange(B, device=dev).repeat(T)
     lt, lp, lq = _replay(model, r, rows, t, t + 1, micro_batch or B, exact=True)
     return LogProbs(lt, lp, counted_mask(r), lq if r.settings.score == 'token_logprob' else None)
@@ -119,21 +132,23 @@ def exact_log_probs(model:'MDLM',              # an MDLM adapter
 def stepmerge_log_probs(model:'MDLM',            # an MDLM adapter
                         r:Rollout,               # the rollout to score
                         n_segments:int,          # N: segments the T steps are grouped into
-                        segments:Tensor|None=None, # [B, K] int64 segment indices (0..N-1, -1 = none) per sequence; None: all
+                        segments:Tensor|None=None, # [B, K] int64 segment indices (0..N-1, -1 = none); None: all
                         micro_batch:int|None=None, # (segment, sequence) pairs per forward pass (None: all at once)
                         positions:bool=True      # compute the position terms (False for the token-only baseline)
                        )->LogProbs:              # decisions of the chosen segments; `counted` marks them
-    "StepMerge log-probabilities: every decision of a segment scored from one forward pass on the segment's first state"
+    "StepMerge log-probabilities: each decision of a segment scored from one forward pass on the segment's first state"
     B, dev = r.B, r.ids.device
     bounds = torch.tensor(segment_bounds(r.T, n_segments), device=dev)
     if segments is None: segments = torch.arange(n_segments, device=dev).expand(B, n_segments)
-    if segments.dim() != 2 or segments.shape[0] != B: raise ValueError(f"segments must be [B={B}, K], got {tuple(segments.shape)}")
+    if segments.dim() != 2 or segments.shape[0] != B:
+        raise ValueError(f"segments must be [B={B}, K], got {tuple(segments.shape)}")
     if (segments >= n_segments).any(): raise ValueError(f"segments must be < n_segments={n_segments}")
     rows, seg = torch.arange(B, device=dev)[:, None].expand_as(segments)[segments >= 0], segments[segments >= 0]
     lt, lp, _ = _replay(model, r, rows, bounds[seg], bounds[seg + 1], micro_batch, exact=False, positions=positions)
     in_seg = torch.zeros(B, n_segments, dtype=torch.bool, device=dev)
     in_seg[rows, seg] = True
-    seg_of = torch.searchsorted(bounds, r.unmask_step, right=False) - 1             # [B, L] segment of each decision
+    # [B, L] segment of each decision
+    seg_of = torch.searchsorted(bounds, r.unmask_step, right=False) - 1
     return LogProbs(lt, lp, in_seg.gather(1, seg_of) & counted_mask(r))
 
 # %% ../nbs/06_likelihood.ipynb #55930fb6
@@ -141,14 +156,16 @@ def sample_segments(r:Rollout,                # the rollout
                     n_segments:int,           # N
                     k:int,                    # K segments per sequence
                     generator:torch.Generator|None=None,
-                    eos_ids:tuple|None=None,  # end-of-sequence ids deciding which decisions count (None: the rollout's own)
-                    keys:Tensor|None=None     # [B, N] uniform keys to use instead of drawing them (a slice of a global draw)
+                    eos_ids:tuple|None=None,  # end-of-sequence ids deciding which decisions count (None: rollout's)
+                    keys:Tensor|None=None     # [B, N] uniform keys to use instead of drawing (a global draw's slice)
                    )->Tensor:                 # [B, K] int64 segment indices, ascending, -1 = none
     "K segments per sequence, uniform without replacement among those holding a counted decision"
     if k < 1: raise ValueError(f"k must be >= 1, got {k}")
     bounds = torch.tensor(segment_bounds(r.T, n_segments), device=r.ids.device)
-    seg_of = torch.searchsorted(bounds, r.unmask_step, right=False) - 1            # [B, L]
-    has = torch.zeros(r.B, n_segments, dtype=torch.long, device=r.ids.device).scatter_add_(1, seg_of, counted_mask(r, eos_ids).long()) > 0
+    # [B, L]
+    seg_of = torch.searchsorted(bounds, r.unmask_step, right=False) - 1
+    has = torch.zeros(r.B, n_segments, dtype=torch.long, device=r.ids.device).scatter_add_(1, seg_of,
+            counted_mask(r, eos_ids).long()) > 0
     if keys is None: keys = torch.rand(r.B, n_segments, generator=generator, device=r.ids.device)
     keys = keys.to(r.ids.device).masked_fill(~has, -1.)
     top = keys.topk(min(k, n_segments), dim=1)

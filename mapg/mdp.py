@@ -28,7 +28,8 @@ class TinyMDP:
     reward:Callable       # x (tuple of n tokens) -> float
 
     def __post_init__(self):
-        if sum(self.ks) != self.n or min(self.ks) < 1: raise ValueError(f"ks={self.ks} must be positive and sum to n={self.n}")
+        if sum(self.ks) != self.n or min(self.ks) < 1:
+            raise ValueError(f"ks={self.ks} must be positive and sum to n={self.n}")
 
     @property
     def T(self): return len(self.ks)
@@ -78,6 +79,7 @@ def trajectories(mdp:TinyMDP, full_proposals:bool=False)->list:
 # %% ../nbs/01_mdp.ipynb #60e52ad9
 MDP_SCORES = ('max_logit', 'max_logprob', 'max_prob', 'token_logprob')
 
+# %% ../nbs/01_mdp.ipynb #5u8bp3s1
 def state_scores(logits:Tensor, # [n, V] logits at one state
                   score:str,     # one of `MDP_SCORES`
                   proposal:dict|None=None # position -> proposed token (for `token_logprob`)
@@ -118,7 +120,9 @@ def linear_policy(theta:Tensor, # [n, V, d] weights
 # %% ../nbs/01_mdp.ipynb #719bd5b9
 def onehot_state_feats(V:int)->Callable:
     "Features of a state: one-hot of every position's content (V tokens + [MASK]) and a bias"
-    def f(z): return torch.cat([torch.nn.functional.one_hot(torch.tensor(V if t is None else t), V + 1) for t in z] + [torch.ones(1)]).double()
+    def f(z):
+        hot = [torch.nn.functional.one_hot(torch.tensor(V if t is None else t), V + 1) for t in z]
+        return torch.cat(hot + [torch.ones(1)]).double()
     return f
 
 # %% ../nbs/01_mdp.ipynb #40551486
@@ -151,7 +155,8 @@ def counterexample_policy(theta:Tensor)->Callable:
         s = theta.new_zeros(2)
         if z == (None, None): s = torch.stack([theta[0], theta[1]])
         elif z[0] is None: s = torch.stack([theta[2], theta.new_zeros(())])
-        return torch.stack([s, torch.zeros_like(s)], -1)     # [n, V]: p(a) = sigmoid(s)
+        # [n, V]: p(a) = sigmoid(s)
+        return torch.stack([s, torch.zeros_like(s)], -1)
     return policy
 
 # %% ../nbs/01_mdp.ipynb #a9a03125
@@ -210,13 +215,15 @@ def mc_pg(mdp:TinyMDP, make_policy:Callable, theta:Tensor, n_samples:int, score:
     policy = make_policy(theta)
     counts = Counter(sample_trajectories(mdp, policy, n_samples, score, tau, tok_tau, generator))
     res = {}
-    for name, part in (('grad', lambda a, b: a + b), ('grad_token', lambda a, b: a), ('grad_position', lambda a, b: b)):
-        gs = [mdp.reward(tr.x) * torch.autograd.grad(part(*traj_log_probs(tr, policy, score, tau, tok_tau)), theta, allow_unused=True)[0]
-              for tr in counts]
+    for name, part in (('grad', lambda a, b: a + b), ('grad_token', lambda a, b: a),
+                       ('grad_position', lambda a, b: b)):
+        lp = lambda tr: part(*traj_log_probs(tr, policy, score, tau, tok_tau))
+        gs = [mdp.reward(tr.x) * torch.autograd.grad(lp(tr), theta, allow_unused=True)[0] for tr in counts]
         gs = torch.stack([g if g is not None else torch.zeros_like(theta) for g in gs])
         c = theta.new_tensor(list(counts.values())).view(-1, *[1] * theta.dim())
         mean = (c * gs).sum(0) / n_samples
-        res[name], res[name + '_se'] = mean.detach(), (((c * gs**2).sum(0) / n_samples - mean**2).clamp(min=0) / n_samples).sqrt().detach()
+        var = ((c * gs**2).sum(0) / n_samples - mean**2).clamp(min=0)
+        res[name], res[name + '_se'] = mean.detach(), (var / n_samples).sqrt().detach()
     return res
 
 # %% ../nbs/01_mdp.ipynb #b80e4eec
@@ -227,17 +234,21 @@ def mapg_counterexample(theta1:float=1.5,  # theta_1 (position 1 at the empty ca
                         samples:int=20000, # Monte-Carlo trajectories
                         seed:int=0):       # seed of the Monte-Carlo generator
     "Reproduce the paper's counterexample: exact J and gradient parts along theta_2, and REINFORCE estimates"
-    print(f"Counterexample (paper, Appendix 'Incompleteness of the token-only policy gradient'): theta_1={theta1}, theta_3={theta3}, tau={tau}")
+    print(f"Counterexample (paper, Appendix 'Incompleteness of the token-only policy gradient'): theta_1={theta1}, "
+          f"theta_3={theta3}, tau={tau}")
     print(f"{'theta_2':>8} {'J':>8} {'dJ/dth2':>10} {'token':>10} {'position':>10}")
     for t2 in (-2., -1., -0.5, 0.5, 1., 2.):
         r = counterexample_grads(torch.tensor([theta1, t2, theta3], dtype=torch.float64), tau)
-        print(f"{t2:8.2f} {r['J'].item():8.4f} {r['grad'][1].item():10.4f} {r['grad_token'][1].item():10.1e} {r['grad_position'][1].item():10.4f}")
+        print(f"{t2:8.2f} {r['J'].item():8.4f} {r['grad'][1].item():10.4f} {r['grad_token'][1].item():10.1e} "
+              f"{r['grad_position'][1].item():10.4f}")
     th = torch.tensor([theta1, 1., theta3], dtype=torch.float64)
     ex = counterexample_grads(th, tau)
-    mc = mc_pg(counterexample_mdp(), counterexample_policy, th, samples, tau=tau, generator=torch.Generator().manual_seed(seed))
+    mc = mc_pg(counterexample_mdp(), counterexample_policy, th, samples, tau=tau,
+               generator=torch.Generator().manual_seed(seed))
     print(f"\nREINFORCE over {samples} trajectories at theta_2=1 (exact vs estimate ± standard error):")
     for k in ('grad', 'grad_token', 'grad_position'):
         est = ", ".join(f"{m:+.4f}±{s:.4f}" for m, s in zip(mc[k].tolist(), mc[k + '_se'].tolist()))
         print(f"  {k:14s} exact [{', '.join(f'{v:+.4f}' for v in ex[k].tolist())}]  MC [{est}]")
     z = ((mc['grad_token'][1] - ex['grad'][1]) / mc['grad_token_se'][1].clamp(min=1e-12)).abs().item()
-    print(f"token-only estimate of dJ/dtheta_2 is {z:.0f} standard errors from the true value: it misses the direction.")
+    print(f"token-only estimate of dJ/dtheta_2 is {z:.0f} standard errors from the true value: "
+          "it misses the direction.")

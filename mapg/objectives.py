@@ -14,6 +14,7 @@ __all__ = ['ADV_KINDS', 'LOSSES', 'group_advantages', 'gspo_loss', 'grpo_loss', 
 # %% ../nbs/07_objectives.ipynb #e6fa57bd
 ADV_KINDS = ('std', 'mean', 'rloo')
 
+# %% ../nbs/07_objectives.ipynb #wx7a272k
 def group_advantages(rewards:Tensor,   # [B] rewards, groups of `group_size` stored contiguously
                      group_size:int,   # G, completions per prompt
                      kind:str='std'    # 'std' | 'mean' | 'rloo'
@@ -21,12 +22,14 @@ def group_advantages(rewards:Tensor,   # [B] rewards, groups of `group_size` sto
     "Advantages of each completion relative to the other completions of its prompt"
     if kind not in ADV_KINDS: raise ValueError(f"unknown advantage kind {kind!r}: expected one of {ADV_KINDS}")
     if rewards.dim() != 1 or group_size < 1 or rewards.shape[0] % group_size:
-        raise ValueError(f"rewards must be [B] with B a multiple of group_size={group_size}, got shape {tuple(rewards.shape)}")
+        raise ValueError(f"rewards must be [B] with B a multiple of group_size={group_size}, "
+                         f"got shape {tuple(rewards.shape)}")
     if kind == 'rloo' and group_size < 2: raise ValueError("kind='rloo' needs group_size >= 2")
     r = rewards.float().view(-1, group_size)
     mean = r.mean(1, keepdim=True)
     if kind == 'mean': a = r - mean
-    elif kind == 'rloo': a = (r - mean) * group_size / (group_size - 1)      # r_i - mean of the others
+    # r_i - mean of the others
+    elif kind == 'rloo': a = (r - mean) * group_size / (group_size - 1)
     else: a = (r - mean) / ((r.std(1, keepdim=True) if group_size > 1 else torch.zeros_like(mean)) + 1e-4)
     return a.view(-1)
 
@@ -45,9 +48,10 @@ def _clipped_surrogate(ratio, adv, eps_low, eps_high):
     active = ((adv > 0) & (ratio > 1 + eps_high)) | ((adv < 0) & (ratio < 1 - eps_low))
     return loss, active
 
+# %% ../nbs/07_objectives.ipynb #on1biuk4
 def gspo_loss(logp_token:Tensor,  # [B, L] token log-probs under the current policy (with grad)
               old_token:Tensor,   # [B, L] behaviour token log-probs
-              logp_pos:Tensor|None, # [B, L] position log-probs under the current policy (with grad); None if pos_weight=0
+              logp_pos:Tensor|None, # [B, L] position log-probs under the current policy (grad); None: pos_weight=0
               old_pos:Tensor|None,  # [B, L] behaviour position log-probs
               counted:Tensor,     # [B, L] bool: decisions in this update (sampled segments, up to the first EOS)
               adv:Tensor,         # [B] advantages
@@ -58,22 +62,25 @@ def gspo_loss(logp_token:Tensor,  # [B, L] token log-probs under the current pol
     "GSPO with separately clipped sequence-level token and position ratios (the paper's §4 and Appendix A)"
     _check_inputs(logp_token, old_token, logp_pos, old_pos, counted, adv)
     adv = upcast(adv)
-    s_tok = torch.exp(masked_mean(upcast(logp_token) - upcast(old_token), counted, dim=1))      # [B]
+    # [B]
+    s_tok = torch.exp(masked_mean(upcast(logp_token) - upcast(old_token), counted, dim=1))
     l_tok, c_tok = _clipped_surrogate(s_tok, adv, eps_low, eps_high)
     loss = l_tok.mean()
-    m = dict(loss_token=l_tok.mean().item(), ratio_token=s_tok.mean().item(), clip_frac_token=c_tok.float().mean().item())
+    m = dict(loss_token=l_tok.mean().item(), ratio_token=s_tok.mean().item(),
+             clip_frac_token=c_tok.float().mean().item())
     if pos_weight:
         if logp_pos is None or old_pos is None: raise ValueError("pos_weight > 0 needs logp_pos and old_pos")
         s_pos = torch.exp(masked_mean(upcast(logp_pos) - upcast(old_pos), counted, dim=1))
         l_pos, c_pos = _clipped_surrogate(s_pos, adv, eps_low, eps_high)
         loss = loss + pos_weight * l_pos.mean()
-        m.update(loss_pos=l_pos.mean().item(), ratio_pos=s_pos.mean().item(), clip_frac_pos=c_pos.float().mean().item())
+        m.update(loss_pos=l_pos.mean().item(), ratio_pos=s_pos.mean().item(),
+                 clip_frac_pos=c_pos.float().mean().item())
     m['loss'] = loss.item()
     return loss, m
 
 # %% ../nbs/07_objectives.ipynb #2f610c56
-def grpo_loss(logp_token:Tensor, old_token:Tensor, logp_pos:Tensor|None, old_pos:Tensor|None, counted:Tensor, adv:Tensor,
-              eps_low:float=0.2, eps_high:float=0.2, pos_weight:float=1.0)->tuple:
+def grpo_loss(logp_token:Tensor, old_token:Tensor, logp_pos:Tensor|None, old_pos:Tensor|None, counted:Tensor,
+              adv:Tensor, eps_low:float=0.2, eps_high:float=0.2, pos_weight:float=1.0)->tuple:
     "Token-level PPO-clip (GRPO) on each decision, sequence-mean then batch-mean; same signature as `gspo_loss`"
     _check_inputs(logp_token, old_token, logp_pos, old_pos, counted, adv)
     a = upcast(adv)[:, None]
@@ -91,8 +98,8 @@ def grpo_loss(logp_token:Tensor, old_token:Tensor, logp_pos:Tensor|None, old_pos
     return loss, m
 
 # %% ../nbs/07_objectives.ipynb #66911018
-def rloo_loss(logp_token:Tensor, old_token:Tensor|None, logp_pos:Tensor|None, old_pos:Tensor|None, counted:Tensor, adv:Tensor,
-              eps_low:float=0., eps_high:float=0., pos_weight:float=1.0, reduce:str='mean')->tuple:
+def rloo_loss(logp_token:Tensor, old_token:Tensor|None, logp_pos:Tensor|None, old_pos:Tensor|None, counted:Tensor,
+              adv:Tensor, eps_low:float=0., eps_high:float=0., pos_weight:float=1.0, reduce:str='mean')->tuple:
     "REINFORCE: -A times the (mean or summed) log-probability of the counted decisions; same signature as `gspo_loss`"
     _check_inputs(logp_token, None, logp_pos, None, counted, adv)
     if reduce not in ('mean', 'sum'): raise ValueError(f"reduce must be 'mean' or 'sum', got {reduce!r}")
@@ -111,6 +118,7 @@ def rloo_loss(logp_token:Tensor, old_token:Tensor|None, logp_pos:Tensor|None, ol
 # %% ../nbs/07_objectives.ipynb #111d63d6
 LOSSES = dict(gspo=gspo_loss, grpo=grpo_loss, rloo=rloo_loss)
 
+# %% ../nbs/07_objectives.ipynb #2kr0y2ra
 def get_loss(name:str):
     "The loss function registered as `name`"
     if name not in LOSSES: raise ValueError(f"unknown loss {name!r}: expected one of {sorted(LOSSES)}")

@@ -13,9 +13,10 @@ from .core import upcast
 __all__ = ['gumbel_order', 'pl_sample', 'pl_log_prob', 'pl_set_log_prob']
 
 # %% ../nbs/02_plackett_luce.ipynb #1b656606
-def _check(scores, eligible, tau, picks=None, k=None):
+def _check_pl_args(scores, eligible, tau, picks=None, k=None):
     "Validate the common arguments; return `eligible` as a bool tensor of `scores`' shape"
-    if scores.dim() < 1: raise ValueError(f"scores must have at least one dim [..., n], got shape {tuple(scores.shape)}")
+    if scores.dim() < 1:
+        raise ValueError(f"scores must have at least one dim [..., n], got shape {tuple(scores.shape)}")
     if not scores.is_floating_point(): raise TypeError(f"scores must be a float tensor, got {scores.dtype}")
     if tau < 0: raise ValueError(f"tau must be >= 0, got {tau}")
     if eligible is None: eligible = torch.ones_like(scores, dtype=torch.bool)
@@ -24,12 +25,15 @@ def _check(scores, eligible, tau, picks=None, k=None):
     n_elig = eligible.sum(-1)
     if picks is not None:
         if picks.dim() != scores.dim() or picks.shape[:-1] != scores.shape[:-1]:
-            raise ValueError(f"picks has shape {tuple(picks.shape)}: expected [..., k] with leading dims {tuple(scores.shape[:-1])}")
+            raise ValueError(f"picks has shape {tuple(picks.shape)}: expected [..., k] with leading dims "
+                             f"{tuple(scores.shape[:-1])}")
         if picks.dtype != torch.int64: raise TypeError(f"picks must be int64, got {picks.dtype}")
         k = picks.shape[-1]
-        if k and ((picks < 0) | (picks >= scores.shape[-1])).any(): raise ValueError(f"picks must index the last dim of scores (size {scores.shape[-1]})")
+        if k and ((picks < 0) | (picks >= scores.shape[-1])).any():
+            raise ValueError(f"picks must index the last dim of scores (size {scores.shape[-1]})")
         if k and not eligible.gather(-1, picks).all(): raise ValueError("picks contain an entry that is not eligible")
-        if k > 1 and (picks.sort(-1).values.diff(dim=-1) == 0).any(): raise ValueError("picks repeat an entry (draws are without replacement)")
+        if k > 1 and (picks.sort(-1).values.diff(dim=-1) == 0).any():
+            raise ValueError("picks repeat an entry (draws are without replacement)")
     if k is not None and k > 0 and (n_elig < k).any():
         raise ValueError(f"k={k} is larger than the number of eligible entries ({int(n_elig.min())} in some row)")
     return eligible.bool()
@@ -40,11 +44,12 @@ def gumbel_order(scores:Tensor,             # [..., n] float scores v
                  tau:float=1.0,             # temperature; 0 orders by score (ties: lower index first)
                  generator:torch.Generator|None=None # randomness (on `scores`' device)
                 )->Tensor:                  # [..., n] int64 a whole ordering, ineligible entries last
-    "A whole Plackett–Luce ordering of the entries: its first k entries are a draw of k ordered picks (no argument checks)"
+    "A whole Plackett–Luce ordering of the entries: its first k are a draw of k ordered picks (no argument checks)"
     keys = scores.double()
     if tau > 0:
         e = torch.empty_like(keys).exponential_(generator=generator).clamp_min_(1e-300)
-        keys = keys / tau - e.log()              # v/tau + Gumbel(0, 1)
+        # v/tau + Gumbel(0, 1)
+        keys = keys / tau - e.log()
     if eligible is not None: keys = keys.masked_fill(~eligible, -math.inf)
     return keys.sort(dim=-1, descending=True, stable=True).indices
 
@@ -56,9 +61,10 @@ def pl_sample(scores:Tensor,            # [..., n] float scores v
               generator:torch.Generator|None=None # randomness (on `scores`' device)
              )->Tensor:                 # [..., k] int64 picks, first pick first
     "Draw `k` ordered picks without replacement from Plackett–Luce(`scores`/`tau`) over the `eligible` entries"
-    eligible = _check(scores, eligible, tau, k=k)
+    eligible = _check_pl_args(scores, eligible, tau, k=k)
     return _gumbel_topk(scores, k, eligible, tau, generator)
 
+# %% ../nbs/02_plackett_luce.ipynb #4w65ej7r
 def _gumbel_topk(scores, k, eligible, tau, generator):
     "`pl_sample` without argument checks (for hot loops that checked once)"
     return gumbel_order(scores, eligible, tau, generator)[..., :k]
@@ -70,9 +76,10 @@ def pl_log_prob(scores:Tensor,            # [..., n] float scores v
                 tau:float=1.0             # temperature; 0 is the greedy (deterministic) limit
                )->Tensor:                 # [...] log-probability of the ordered picks (float32, or float64)
     "Ordered sequential-softmax (Plackett–Luce) log-probability of `picks` under `scores`/`tau` over `eligible`"
-    eligible = _check(scores, eligible, tau, picks=picks)
+    eligible = _check_pl_args(scores, eligible, tau, picks=picks)
     return _pl_log_prob(scores, picks, eligible, tau)
 
+# %% ../nbs/02_plackett_luce.ipynb #1godu7on
 def _pl_log_prob(scores, picks, eligible, tau):
     "`pl_log_prob` without argument checks"
     x = upcast(scores)
@@ -82,8 +89,10 @@ def _pl_log_prob(scores, picks, eligible, tau):
     x = (x / tau).masked_fill(~eligible, -math.inf)
     k, n = picks.shape[-1], x.shape[-1]
     onehot = torch.zeros(*picks.shape, n, dtype=torch.bool, device=x.device).scatter_(-1, picks.unsqueeze(-1), True)
-    before = (onehot.cumsum(-2) - onehot.long()).bool()     # [..., k, n]: picked at an earlier rank
-    denom = x.unsqueeze(-2).masked_fill(before, -math.inf).logsumexp(-1)   # [..., k]
+    # [..., k, n]: picked at an earlier rank
+    before = (onehot.cumsum(-2) - onehot.long()).bool()
+    # [..., k]
+    denom = x.unsqueeze(-2).masked_fill(before, -math.inf).logsumexp(-1)
     return (x.gather(-1, picks) - denom).sum(-1)
 
 # %% ../nbs/02_plackett_luce.ipynb #dc3e559d
@@ -93,16 +102,20 @@ def pl_set_log_prob(scores:Tensor,            # [..., n] float scores v
                     tau:float=1.0             # temperature (> 0)
                    )->Tensor:                 # [...] log-probability of the unordered set of picks
     "Log-probability that `k` Plackett–Luce draws form the set `picks` (summed over its orders, exactly)"
-    eligible = _check(scores, eligible, tau, picks=picks)
+    eligible = _check_pl_args(scores, eligible, tau, picks=picks)
     if tau == 0: raise ValueError("pl_set_log_prob needs tau > 0")
     x = upcast(scores)
     x = (x / tau).masked_fill(~eligible, -math.inf)
     k = picks.shape[-1]
     if k > 16: raise ValueError(f"pl_set_log_prob enumerates 2^k subsets: k={k} is too large")
-    xp = x.gather(-1, picks)                                        # [..., k]
-    onehot = torch.zeros(*picks.shape, x.shape[-1], dtype=torch.bool, device=x.device).scatter_(-1, picks.unsqueeze(-1), True)
-    logf = [torch.zeros_like(xp[..., 0])] + [None] * (2**k - 1)     # log f(A), A as a bitmask over the picks
-    lse = [x.logsumexp(-1)] + [None] * (2**k - 1)                   # log W(A)
+    # [..., k]
+    xp = x.gather(-1, picks)
+    onehot = torch.zeros(*picks.shape, x.shape[-1], dtype=torch.bool, device=x.device).scatter_(-1,
+            picks.unsqueeze(-1), True)
+    # log f(A), A as a bitmask over the picks
+    logf = [torch.zeros_like(xp[..., 0])] + [None] * (2**k - 1)
+    # log W(A)
+    lse = [x.logsumexp(-1)] + [None] * (2**k - 1)
     for a in sorted(range(1, 2**k), key=lambda a: bin(a).count('1')):
         members = [i for i in range(k) if a >> i & 1]
         gone = onehot[..., members, :].any(-2)

@@ -20,11 +20,37 @@ REMASKING = ('plackett_luce', 'greedy', 'random')
 SCORES = ('max_logit', 'max_logprob', 'token_logprob')
 CACHES = ('none', 'prefix')
 
+# %% ../nbs/04_policy.ipynb #vjqxrab8
 def block_schedule(n:int,     # positions to keep in the block
                    steps:int  # steps of the block
                   )->list:    # positions kept at each step
     "LLaDA's schedule: `n` positions over `steps` steps, evenly, the remainder to the earliest steps"
     return [n // steps + (i < n % steps) for i in range(steps)]
+
+# %% ../nbs/04_policy.ipynb #9q9i9lkc
+def _check_gen_settings(s):
+    "Raise on settings `GenSettings` cannot sample with"
+    for f in ('gen_length', 'block_length', 'steps'):
+        v = getattr(s, f)
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{f} must be a positive integer, got {v!r}")
+    L, bl, T = s.gen_length, s.block_length, s.steps
+    if L % bl: raise ValueError(f"gen_length={L} must be a multiple of block_length={bl}")
+    nb = L // bl
+    if T % nb:
+        raise ValueError(f"steps={T} must be a positive multiple of the number of blocks "
+                         f"(gen_length/block_length = {nb})")
+    if T // nb > bl:
+        raise ValueError(f"steps={T} gives {T // nb} steps per block, "
+                         f"more than the block_length={bl} positions to keep")
+    if s.remasking not in REMASKING:
+        raise ValueError(f"remasking={s.remasking!r}: expected one of {REMASKING}")
+    if s.score not in SCORES: raise ValueError(f"score={s.score!r}: expected one of {SCORES}")
+    if s.cache not in CACHES: raise ValueError(f"cache={s.cache!r}: expected one of {CACHES}")
+    if not s.temperature >= 0: raise ValueError(f"temperature must be >= 0, got {s.temperature}")
+    if s.remasking == 'plackett_luce' and not s.pos_temperature > 0:
+        raise ValueError(f"pos_temperature must be > 0 for plackett_luce, got {s.pos_temperature} "
+                         f"(use remasking='greedy')")
 
 # %% ../nbs/04_policy.ipynb #0eea6d15
 @dataclass(frozen=True)
@@ -37,45 +63,33 @@ class GenSettings:
     remasking:str='plackett_luce' # 'plackett_luce' | 'greedy' | 'random': how positions are chosen
     pos_temperature:float=0.5     # tau_pos: Plackett-Luce temperature
     score:str='max_logit'         # 'max_logit' | 'max_logprob' | 'token_logprob': the unmasking score
-    cache:str='none'              # 'none': the full canvas every step; 'prefix': the cached policy, each step over its block (`mapg.cache`)
+    cache:str='none'              # 'none': the full canvas every step; 'prefix': each step over its block (mapg.cache)
 
-    def __post_init__(self):
-        for f in ('gen_length', 'block_length', 'steps'):
-            v = getattr(self, f)
-            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{f} must be a positive integer, got {v!r}")
-        L, bl, T = self.gen_length, self.block_length, self.steps
-        if L % bl: raise ValueError(f"gen_length={L} must be a multiple of block_length={bl}")
-        nb = L // bl
-        if T % nb: raise ValueError(f"steps={T} must be a positive multiple of the number of blocks (gen_length/block_length = {nb})")
-        if T // nb > bl: raise ValueError(f"steps={T} gives {T // nb} steps per block, more than the block_length={bl} positions to keep")
-        if self.remasking not in REMASKING: raise ValueError(f"remasking={self.remasking!r}: expected one of {REMASKING}")
-        if self.score not in SCORES: raise ValueError(f"score={self.score!r}: expected one of {SCORES}")
-        if self.cache not in CACHES: raise ValueError(f"cache={self.cache!r}: expected one of {CACHES}")
-        if not self.temperature >= 0: raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.remasking == 'plackett_luce' and not self.pos_temperature > 0:
-            raise ValueError(f"pos_temperature must be > 0 for plackett_luce, got {self.pos_temperature} (use remasking='greedy')")
+    def __post_init__(self): _check_gen_settings(self)
 
     num_blocks = property(lambda self: self.gen_length // self.block_length)
     steps_per_block = property(lambda self: self.steps // self.num_blocks)
-    block_k = property(lambda self: block_schedule(self.block_length, self.steps_per_block))  # k_t within a block
-    k = property(lambda self: self.block_k * self.num_blocks)                                  # k_t for t = 1..T
+    # k_t within a block
+    block_k = property(lambda self: block_schedule(self.block_length, self.steps_per_block))
+    # k_t for t = 1..T
+    k = property(lambda self: self.block_k * self.num_blocks)
 
 # %% ../nbs/04_policy.ipynb #3615b8b2
 def eval_settings(gen_length:int=256,  # L: completion length
                   block_length:int=32, # block length (the paper's ablation also uses 64 and L)
                   steps:int|None=None  # T (None: L/2, the paper's protocol)
                  )->GenSettings:
-    "The paper's evaluation protocol: greedy positions by `max_logprob` (LLaDA's low-confidence remasking), argmax tokens"
+    "The paper's evaluation protocol: greedy `max_logprob` positions (LLaDA's low-confidence remasking), argmax tokens"
     return GenSettings(gen_length, block_length, gen_length // 2 if steps is None else steps, temperature=0.,
                        remasking='greedy', score='max_logprob')
 
 # %% ../nbs/04_policy.ipynb #6f1ad248
 def _by_rows(fn, generator, *xs:Tensor):
-    "`fn(*xs, generator)`; for a list of n generators, `fn` on each of n equal blocks of rows with its own generator, concatenated"
+    "`fn(*xs, generator)`; for n generators, `fn` on n equal blocks of rows, each with its generator, concatenated"
     if not isinstance(generator, (list, tuple)): return fn(*xs, generator)
     n = len(generator)
-    if xs[0].shape[0] % n: raise ValueError(f"{xs[0].shape[0]} rows cannot be cut into {n} equal blocks, one per generator")
+    if xs[0].shape[0] % n:
+        raise ValueError(f"{xs[0].shape[0]} rows cannot be cut into {n} equal blocks, one per generator")
     outs = [fn(*p, g) for g, *p in zip(generator, *(x.chunk(n) for x in xs))]
     return torch.cat(outs) if isinstance(outs[0], Tensor) else tuple(torch.cat(o) for o in zip(*outs))
 
@@ -85,12 +99,14 @@ def propose(logits:Tensor,        # [..., V] logits of the eligible positions
             generator:torch.Generator|list|None=None # or one generator per equal block of rows
            )->tuple:              # ([...] int64 proposed tokens, [...] float32 their log softmax(logits/temperature))
     "A token per position from softmax(`logits`/`temperature`) by Gumbel-max, with its log-probability"
-    if isinstance(generator, (list, tuple)) and temperature != 0: return _by_rows(lambda l, g: propose(l, temperature, g), generator, logits)
+    if isinstance(generator, (list, tuple)) and temperature != 0:
+        return _by_rows(lambda l, g: propose(l, temperature, g), generator, logits)
     if temperature == 0:
         x = logits.argmax(-1)
         return x, torch.zeros(x.shape, device=x.device)
     z = logits.float() / temperature
-    x = torch.sub(z, torch.rand(z.shape, generator=generator, device=z.device).log_().neg_().log_()).argmax(-1)   # z + Gumbel
+    # z + Gumbel
+    x = torch.sub(z, torch.rand(z.shape, generator=generator, device=z.device).log_().neg_().log_()).argmax(-1)
     return x, z.log_softmax(-1).gather(-1, x.unsqueeze(-1)).squeeze(-1)
 
 # %% ../nbs/04_policy.ipynb #2c8d6f70
@@ -113,17 +129,20 @@ def pick_positions(scores:Tensor,            # [B, m] scores v of the m candidat
                    remasking:str='plackett_luce', # 'plackett_luce' | 'greedy' | 'random'
                    tau:float=0.5,            # Plackett-Luce temperature
                    generator:torch.Generator|list|None=None # or one generator per equal block of rows
-                  )->tuple:                  # ([B, k] int64 picks into the m candidates, in order; [B, k] float32 log-probs)
+                  )->tuple:                  # ([B, k] int64 picks into the m candidates in order; [B, k] log-probs)
     "Ordered picks of `k` candidates and the log-probability of each pick given the earlier ones"
     if isinstance(generator, (list, tuple)) and remasking != 'greedy':
         return _by_rows(lambda s, g: pick_positions(s, k, remasking, tau, g), generator, scores)
     B, m = scores.shape
-    if remasking == 'greedy': return gumbel_order(scores, None, 0., None)[:, :k], torch.zeros(B, k, device=scores.device)
+    if remasking == 'greedy':
+        return gumbel_order(scores, None, 0., None)[:, :k], torch.zeros(B, k, device=scores.device)
     if remasking not in REMASKING: raise ValueError(f"remasking={remasking!r}: expected one of {REMASKING}")
-    if remasking == 'random':     # Gumbel keys alone: a uniform random order
+    # Gumbel keys alone: a uniform random order
+    if remasking == 'random':
         lp = -torch.arange(m, m - k, -1, device=scores.device, dtype=torch.float32).log_()
         return gumbel_order(torch.zeros_like(scores), None, 1., generator)[:, :k], lp.expand(B, k)
-    order = gumbel_order(scores, None, tau, generator)                   # [B, m] full Plackett-Luce ordering
+    # [B, m] full Plackett-Luce ordering
+    order = gumbel_order(scores, None, tau, generator)
     xs = (scores.float() / tau).gather(1, order)
     return order[:, :k], (xs - xs.flip(-1).logcumsumexp(-1).flip(-1))[:, :k]
 
@@ -150,24 +169,36 @@ def segment_terms(lg:Tensor,     # [n, W, V] logits of the boundary state z^{t0}
                  )->tuple:       # ([n, W] token terms, [n, W] position terms), 0 where nothing was decided
     "Token and position log-probabilities of the decisions of steps t0+1..t1, scored from one boundary pass"
     t0, t1 = t0[:, None], t1[:, None]
-    decided = (step > t0) & (step <= t1)                                              # [n, W]
+    # [n, W]
+    decided = (step > t0) & (step <= t1)
     if cfg.temperature > 0: lt = torch.where(decided, token_logp(lg, x, cfg.temperature), 0.)
     else: lt = lg.new_zeros(x.shape)
     lp = lg.new_zeros(x.shape)
     if cfg.remasking == 'greedy' or not positions: return lt, lp
-    v = unmask_scores(lg, cfg.score, x if tokens is None else tokens) / cfg.pos_temperature   # [n, W]
+    # [n, W]
+    v = unmask_scores(lg, cfg.score, x if tokens is None else tokens) / cfg.pos_temperature
+    return lt, _segment_pos_terms(lp, v, step, rank, blk, t0, t1, cfg, n_steps)
+
+# %% ../nbs/04_policy.ipynb #968sfk0q
+def _segment_pos_terms(lp, v, step, rank, blk, t0, t1, cfg, n_steps):
+    "`segment_terms`' position terms added to `lp`: each pick's Plackett-Luce (or uniform) log-prob, `v` the scores"
     for s in range(int((t1 - t0).max()) if n_steps is None else n_steps):
-        t = t0 + 1 + s                                                               # [n, 1] this step, per row
+        # [n, 1] this step, per row
+        t = t0 + 1 + s
         live = t <= t1
-        E = (step >= t) & (blk == (t - 1) // cfg.steps_per_block) & live            # E_t: masked before t, in t's block
+        # E_t: masked before t, in t's block
+        E = (step >= t) & (blk == (t - 1) // cfg.steps_per_block) & live
         at = step == t
         for r in range(max(cfg.block_k)):
-            pick = at & (rank == r) & live                                            # one-hot of u_r (or empty)
-            left = E & ~(at & (rank < r))                                             # E_t minus earlier picks
+            # one-hot of u_r (or empty)
+            pick = at & (rank == r) & live
+            # E_t minus earlier picks
+            left = E & ~(at & (rank < r))
             has = pick.any(-1, keepdim=True)
             if cfg.remasking == 'random': term = -left.sum(-1, keepdim=True).clamp(min=1).float().log()
             else:
-                vals = torch.where(left & has, v, -math.inf).masked_fill(~has, 0.)   # empty rows stay finite (no nan grads)
+                # empty rows stay finite (no nan grads)
+                vals = torch.where(left & has, v, -math.inf).masked_fill(~has, 0.)
                 term = v - vals.logsumexp(-1, keepdim=True)
             lp = lp + torch.where(pick, term, 0.)
-    return lt, lp
+    return lp

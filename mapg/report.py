@@ -24,21 +24,28 @@ def read_metrics(out:str|Path  # a run's output directory
 
 # %% ../nbs/11b_report.ipynb #a1fe066d
 # (panel title, y-axis title, [(metric key, legend label)], drawn as stacked bars)
-PANELS = (('Reward and accuracy', 'mean over the rollout batch', [('reward', 'reward'), ('accuracy', 'cell accuracy'), ('solved', 'solved grids')], False),
-          ('Importance ratios', 'π / π_old (1: on-policy)', [('ratio_token', 'token'), ('ratio_pos', 'position')], False),
-          ('Clipped share', 'share of sequences clipped', [('clip_frac_token', 'token'), ('clip_frac_pos', 'position')], False),
-          ('Surprise of the decisions', 'nats per decision', [('tok_entropy', 'token'), ('pos_entropy', 'position')], False),
+PANELS = (('Reward and accuracy', 'mean over the rollout batch',
+           [('reward', 'reward'), ('accuracy', 'cell accuracy'), ('solved', 'solved grids')], False),
+          ('Importance ratios', 'π / π_old (1: on-policy)',
+           [('ratio_token', 'token'), ('ratio_pos', 'position')], False),
+          ('Clipped share', 'share of sequences clipped',
+           [('clip_frac_token', 'token'), ('clip_frac_pos', 'position')], False),
+          ('Surprise of the decisions', 'nats per decision',
+           [('tok_entropy', 'token'), ('pos_entropy', 'position')], False),
           ('Gradient norm', 'L2 norm before clipping', [('grad_norm', 'gradient norm')], False),
-          ('Time per phase', 'seconds per step', [('rollout_s', 'rollout'), ('scoring_s', 'scoring'), ('update_s', 'update')], True))
+          ('Time per phase', 'seconds per step',
+           [('rollout_s', 'rollout'), ('scoring_s', 'scoring'), ('update_s', 'update')], True))
 # one colour per meaning, the same in every panel (token: blue, position: orange)
-COLORS = {'token': '#1f77b4', 'position': '#ff7f0e', 'reward': '#2ca02c', 'cell accuracy': '#2ca02c', 'solved grids': '#9467bd',
+COLORS = {'token': '#1f77b4', 'position': '#ff7f0e', 'reward': '#2ca02c', 'cell accuracy': '#2ca02c',
+          'solved grids': '#9467bd',
           'gradient norm': '#7f7f7f', 'rollout': '#17becf', 'scoring': '#bcbd22', 'update': '#d62728'}
 
 # %% ../nbs/11b_report.ipynb #95680a7a
 def merge_equal(series:dict  # legend label -> values
                )->dict:      # joined label ('a = b') -> values, one entry per distinct series
     "Series that are equal step by step, kept once under their labels joined by ' = '"
-    out = []                                           # [labels, values], in the order first seen
+    # [labels, values], in the order first seen
+    out = []
     for k, v in series.items():
         a = np.asarray(v, dtype=float)
         same = next((o for o in out if o[1].shape == a.shape and np.allclose(o[1], a, equal_nan=True)), None)
@@ -51,25 +58,27 @@ def metrics_figure(rows:list,            # metrics rows, as read_metrics returns
                    panels:tuple=PANELS,  # which metrics, how titled (default: PANELS)
                    cols:int=2            # panels per row
                   )->"go.Figure":
-    "The training curves: one panel per entry of `panels` that the run logged, each with its own axis titles and legend"
+    "The training curves: one panel per entry of `panels` that the run logged, each with its axis titles and legend"
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
     x = [r['step'] for r in rows]
     use = [p for p in panels if any(k in (rows[0] if rows else {}) for k, _ in p[2])]
     n = max(1, -(-len(use) // cols))
-    fig = make_subplots(rows=n, cols=cols, subplot_titles=[p[0] for p in use], vertical_spacing=0.4 / n, horizontal_spacing=0.1)
+    fig = make_subplots(rows=n, cols=cols, subplot_titles=[p[0] for p in use],
+                        vertical_spacing=0.4 / n, horizontal_spacing=0.1)
     for i, (title, ytitle, keys, bars) in enumerate(use):
         row, col, leg = i // cols + 1, i % cols + 1, 'legend' if i == 0 else f'legend{i + 1}'
         for lab, y in merge_equal({lab: [r.get(k) for r in rows] for k, lab in keys if k in rows[0]}).items():
             c = COLORS.get(lab.split(' = ')[0])
             kw = dict(x=x, y=y, name=lab, legend=leg)
-            fig.add_trace(go.Bar(**kw, marker_color=c) if bars else go.Scatter(**kw, mode='lines+markers', marker_size=4, line_color=c),
-                          row=row, col=col)
+            fig.add_trace(go.Bar(**kw, marker_color=c) if bars
+                          else go.Scatter(**kw, mode='lines+markers', marker_size=4, line_color=c), row=row, col=col)
         fig.update_xaxes(title_text='RL step (optimizer steps)', row=row, col=col)
         fig.update_yaxes(title_text=ytitle, row=row, col=col)
-        ax = fig.get_subplot(row, col)            # the legend above the panel, right; its title above it, left
-        fig.update_layout({leg: dict(x=ax.xaxis.domain[1], y=ax.yaxis.domain[1], xanchor='right', yanchor='bottom', orientation='h',
-                                     font_size=11, bgcolor='rgba(0,0,0,0)')})
+        # the legend above the panel, right; its title above it, left
+        ax = fig.get_subplot(row, col)
+        fig.update_layout({leg: dict(x=ax.xaxis.domain[1], y=ax.yaxis.domain[1], xanchor='right', yanchor='bottom',
+                                     orientation='h', font_size=11, bgcolor='rgba(0,0,0,0)')})
         fig.layout.annotations[i].update(x=ax.xaxis.domain[0], xanchor='left', font_size=13)
     fig.update_layout(barmode='stack', height=330 * n, margin=dict(t=40, b=40, l=60, r=20), template='plotly_white')
     return fig
@@ -96,7 +105,8 @@ def given_mask(puzzles:list,  # per row: a puzzle string (0 = blank) or None
                L:int          # completion length
               )->np.ndarray:  # [B, L] bool: True where the completion copies a given (clue) cell
     "Which completion positions are given cells: position i is cell i when the completion is the L-cell grid itself"
-    return np.array([[c != '0' for c in p] if p is not None and len(p) == L else [False] * L for p in puzzles], dtype=bool)
+    return np.array([[c != '0' for c in p] if p is not None and len(p) == L
+                     else [False] * L for p in puzzles], dtype=bool)
 
 # %% ../nbs/11b_report.ipynb #4d5ae7ce
 def prompt_groups(r:Rollout)->list:
@@ -109,7 +119,7 @@ def prompt_groups(r:Rollout)->list:
 def _np(x)->np.ndarray: return np.asarray(x.cpu() if isinstance(x, torch.Tensor) else x)
 
 # %% ../nbs/11b_report.ipynb #eead0349
-def order_heatmap(steps:np.ndarray,       # [n, L] unmasking step (1..T) of each position, one row per sample (or a tensor)
+def order_heatmap(steps:np.ndarray,       # [n, L] unmasking step (1..T) of each position, a row per sample (or tensor)
                   given:np.ndarray|None=None, # [L] bool: given cells, outlined
                   title:str='',           # the figure's title (say which prompt and which samples)
                   T:int|None=None         # denoising steps (colour scale 1..T)
@@ -118,12 +128,17 @@ def order_heatmap(steps:np.ndarray,       # [n, L] unmasking step (1..T) of each
     import plotly.graph_objects as go
     z = _np(steps)
     n, L = z.shape
-    fig = go.Figure(go.Heatmap(z=z, x=list(range(L)), y=list(range(1, n + 1)), zmin=1, zmax=T or int(z.max()), colorscale='Viridis',
-                               colorbar=dict(title='step'), hovertemplate='sample %{y}, position %{x}: kept at step %{z}<extra></extra>'))
+    fig = go.Figure(go.Heatmap(z=z, x=list(range(L)), y=list(range(1, n + 1)), zmin=1, zmax=T or int(z.max()),
+                               colorscale='Viridis', colorbar=dict(title='step'),
+                               hovertemplate='sample %{y}, position %{x}: kept at step %{z}<extra></extra>'))
     g = np.zeros(L, bool) if given is None else _np(given).astype(bool)
-    for i in np.flatnonzero(g): fig.add_shape(type='rect', x0=i - .5, x1=i + .5, y0=.5, y1=n + .5, line=dict(color='#e4572e', width=3))
-    if g.any(): fig.add_scatter(x=[None], y=[None], mode='lines', line=dict(color='#e4572e', width=3), name='given (clue) cell')
-    fig.update_layout(title=title, height=150 + 16 * n, template='plotly_white', margin=dict(t=70, b=50, l=60, r=20), showlegend=bool(g.any()),
+    for i in np.flatnonzero(g):
+        fig.add_shape(type='rect', x0=i - .5, x1=i + .5, y0=.5, y1=n + .5, line=dict(color='#e4572e', width=3))
+    if g.any():
+        fig.add_scatter(x=[None], y=[None], mode='lines', line=dict(color='#e4572e', width=3),
+                        name='given (clue) cell')
+    fig.update_layout(title=title, height=150 + 16 * n, template='plotly_white', margin=dict(t=70, b=50, l=60, r=20),
+                      showlegend=bool(g.any()),
                       xaxis=dict(title='completion position (Sudoku: cell, row by row)', dtick=1, showgrid=False),
                       yaxis=dict(title='sample', autorange='reversed', showgrid=False),
                       legend=dict(orientation='h', x=1, xanchor='right', y=1.0, yanchor='bottom'))
@@ -146,13 +161,18 @@ def order_grid(steps:np.ndarray,      # [n, 16] unmasking steps of one prompt's 
     "The 4x4 grid coloured by each cell's mean unmasking step over the samples, given cells outlined and labelled"
     import plotly.graph_objects as go
     z = _np(steps).astype(float).mean(0).reshape(4, 4)
-    text = [[(f'<b>{puzzle[4 * i + j]}</b><br>' if puzzle[4 * i + j] != '0' else '') + f'{z[i, j]:.1f}' for j in range(4)] for i in range(4)]
-    fig = go.Figure(go.Heatmap(z=z, text=text, texttemplate='%{text}', zmin=1, zmax=T or float(z.max()), colorscale='Viridis',
-                               colorbar=dict(title='mean<br>step'), hovertemplate='row %{y}, column %{x}: mean step %{z:.2f}<extra></extra>'))
+    text = [[(f'<b>{puzzle[4 * i + j]}</b><br>' if puzzle[4 * i + j] != '0' else '') + f'{z[i, j]:.1f}'
+             for j in range(4)] for i in range(4)]
+    fig = go.Figure(go.Heatmap(z=z, text=text, texttemplate='%{text}', zmin=1, zmax=T or float(z.max()),
+                               colorscale='Viridis', colorbar=dict(title='mean<br>step'),
+                               hovertemplate='row %{y}, column %{x}: mean step %{z:.2f}<extra></extra>'))
     for k, c in enumerate(puzzle):
-        if c != '0': fig.add_shape(type='rect', x0=k % 4 - .5, x1=k % 4 + .5, y0=k // 4 - .5, y1=k // 4 + .5, line=dict(color='#e4572e', width=4))
+        if c != '0':
+            fig.add_shape(type='rect', x0=k % 4 - .5, x1=k % 4 + .5, y0=k // 4 - .5, y1=k // 4 + .5,
+                          line=dict(color='#e4572e', width=4))
     fig.update_layout(title=title, width=380, height=360, template='plotly_white', margin=dict(t=70, b=20, l=20, r=20),
-                      xaxis=dict(showticklabels=False, showgrid=False), yaxis=dict(autorange='reversed', showticklabels=False, showgrid=False))
+                      xaxis=dict(showticklabels=False, showgrid=False),
+                      yaxis=dict(autorange='reversed', showticklabels=False, showgrid=False))
     return fig
 
 # %% ../nbs/11b_report.ipynb #7e0ca57e
@@ -164,11 +184,14 @@ def given_vs_blank(before:np.ndarray, # [B, L] unmasking steps before RL (or a t
     "Mean unmasking step of the given cells and of the blank cells (the decisions), before and after RL"
     import plotly.graph_objects as go
     g = _np(given).astype(bool)
-    means = {k: [float(_np(s).astype(float)[w].mean()) for w in (g, ~g)] for k, s in (('before RL', before), ('after RL', after))}
-    fig = go.Figure([go.Bar(name=k, x=['given (clue) cells', 'blank cells'], y=v, text=[f'{o:.2f}' for o in v], textposition='outside')
+    means = {k: [float(_np(s).astype(float)[w].mean()) for w in (g, ~g)]
+             for k, s in (('before RL', before), ('after RL', after))}
+    fig = go.Figure([go.Bar(name=k, x=['given (clue) cells', 'blank cells'], y=v,
+                            text=[f'{o:.2f}' for o in v], textposition='outside')
                      for k, v in means.items()])
-    fig.update_layout(title='Mean unmasking step, given vs blank cells', barmode='group', height=380, template='plotly_white',
-                      yaxis=dict(title='mean unmasking step (1: first)', range=[0, (T or max(map(max, means.values()))) + .8]),
+    fig.update_layout(title='Mean unmasking step, given vs blank cells', barmode='group', height=380,
+                      template='plotly_white', yaxis=dict(title='mean unmasking step (1: first)',
+                                 range=[0, (T or max(map(max, means.values()))) + .8]),
                       xaxis_title='cells of the puzzles', margin=dict(t=60, b=50, l=60, r=20))
     return fig
 
@@ -180,16 +203,18 @@ def config_table(cfg:dict,     # the run's configuration (`config.json`)
     items = [(k, v) for k, v in cfg.items() if k != 'versions']
     per = -(-len(items) // cols)
     chunks = [items[i * per:(i + 1) * per] for i in range(cols)]
-    cell = lambda k, v: f'<th>{html.escape(k)}</th><td>' + (f'{v:.4g}' if isinstance(v, float) else html.escape(str(v))) + '</td>'
-    return '<table class="cfg">' + ''.join('<tr>' + ''.join(cell(*c[i]) if i < len(c) else '<th></th><td></td>' for c in chunks) + '</tr>'
-                                          for i in range(per)) + '</table>'
+    cell = lambda k, v: (f'<th>{html.escape(k)}</th><td>'
+                         + (f'{v:.4g}' if isinstance(v, float) else html.escape(str(v))) + '</td>')
+    row = lambda i: '<tr>' + ''.join(cell(*c[i]) if i < len(c) else '<th></th><td></td>' for c in chunks) + '</tr>'
+    return '<table class="cfg">' + ''.join(row(i) for i in range(per)) + '</table>'
 
 # %% ../nbs/11b_report.ipynb #35a0670a
 def eval_table(before:dict,    # metric -> value before RL
                after:dict      # metric -> value after RL
               )->str:
-    "Greedy evaluation before and after RL as an HTML table with the change (green: up, red: down); `reward` only where it is not `accuracy`"
-    same = 'accuracy' in after and all(d.get('reward') == d.get('accuracy') for d in (before, after))   # the toys' reward is the accuracy
+    "Greedy evaluation before/after RL as an HTML table of changes (green: up, red: down); `reward` if not `accuracy`"
+    # the toys' reward is the accuracy
+    same = 'accuracy' in after and all(d.get('reward') == d.get('accuracy') for d in (before, after))
     def row(k, v):
         b = before.get(k, float('nan'))
         cls = 'up' if v > b else 'down' if v < b else ''
@@ -198,29 +223,46 @@ def eval_table(before:dict,    # metric -> value before RL
             + ''.join(row(k, v) for k, v in after.items() if not (k == 'reward' and same)) + '</table>')
 
 # %% ../nbs/11b_report.ipynb #03731af5
-_CSS = """body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1150px;margin:0 auto;padding:1rem 2rem;color:#222}
+_CSS = """body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1150px;margin:0 auto;\
+padding:1rem 2rem;color:#222}
 h1{margin-bottom:.2rem} .sub{color:#555;margin-top:0} table{border-collapse:collapse;margin:.5rem 0 1rem}
 th,td{padding:.25rem .6rem;border-bottom:1px solid #ddd;text-align:right;font-variant-numeric:tabular-nums}
 table.cfg th{text-align:left;color:#555;font-weight:normal} table.cfg td{text-align:left;padding-right:1.5rem}
 table.eval th:first-child{text-align:left} td.up{color:#1a7f37} td.down{color:#c0392b}
 .row{display:flex;flex-wrap:wrap;gap:1rem} .note{color:#555;max-width:60rem}"""
 
+# %% ../nbs/11b_report.ipynb #rbsm6ymh
 def _order_section(before:Rollout, after:Rollout, puz:list, given:np.ndarray, prompts:int)->list:
     "Per prompt: the mean step per cell (Sudoku grids) and each sample's order, before and after RL"
     groups, parts = prompt_groups(before), []
     for j, (a, b) in enumerate(groups[:prompts]):
         lab = f"prompt {j + 1} of {len(groups)}" + (f" (puzzle {puz[a]})" if puz[a] else '') + f", its {b - a} samples"
         pair = ((before, 'Before RL'), (after, 'After RL'))
-        grids = [order_grid(r_.unmask_step[a:b], puz[a], f"{w}: mean step per cell", before.T) for r_, w in pair] if puz[a] and before.L == 16 else []
+        grids = ([order_grid(r_.unmask_step[a:b], puz[a], f"{w}: mean step per cell", before.T) for r_, w in pair]
+                 if puz[a] and before.L == 16 else [])
         maps = [order_heatmap(r_.unmask_step[a:b], given[a], f"{w}: {lab}", before.T) for r_, w in pair]
         parts.append((f"<h3>{lab[0].upper() + lab[1:]}</h3>", grids, maps))
+    return parts
+
+# %% ../nbs/11b_report.ipynb #dcwqfyve
+def _order_parts(before:Rollout, after:Rollout, puz:list, prompts:int, emb)->list:
+    "The report's unmasking-order section: a note, the given-vs-blank figure, then each prompt's grids and heatmaps"
+    given = given_mask(puz, before.L)
+    parts = [f"<h2>Unmasking order</h2><p class='note'>The first rollout batch ({before.B} samples) and the same "
+             f"prompts sampled again by the trained policy. Colour: the denoising step (1 to {before.T}) at which "
+             "each position was kept" + ("; red outlines: the puzzle's given cells." if given.any() else '.')
+             + "</p>"]
+    if given.any(): parts.append(emb(given_vs_blank(before.unmask_step, after.unmask_step, given, T=before.T)))
+    for head, grids, maps in _order_section(before, after, puz, given, prompts):
+        parts.append(head + "<div class='row'>" + ''.join(f'<div>{emb(f)}</div>' for f in grids) + "</div>"
+                     + ''.join(emb(f) for f in maps))
     return parts
 
 # %% ../nbs/11b_report.ipynb #876b58d7
 def write_report(out:str|Path,          # the run's output directory (reads `metrics.jsonl` and `config.json`)
                  before:Rollout,        # a rollout batch sampled before RL
                  after:Rollout,         # the same prompts sampled after RL
-                 summary:dict,          # the run's summary: its `before` and `after` greedy evaluations (and sampled ones, the order task)
+                 summary:dict,          # run summary: `before`/`after` greedy evaluations (order task: sampled too)
                  cfg:dict|None=None,    # the configuration (default: `out/config.json`)
                  records:list|None=None,# the rows' records (Sudoku: with `puzzle`), in row order
                  tokenizer:object=None, # decodes the prompts to find the puzzles when `records` are not given
@@ -231,26 +273,23 @@ def write_report(out:str|Path,          # the run's output directory (reads `met
     if cfg is None and (out/'config.json').exists(): cfg = json.loads((out/'config.json').read_text())
     cfg, rows, js = cfg or {}, read_metrics(out), [True]
     def emb(fig):
-        s = fig.to_html(full_html=False, include_plotlyjs=js[0], config=dict(displaylogo=False, displayModeBar=False)); js[0] = False
+        s = fig.to_html(full_html=False, include_plotlyjs=js[0], config=dict(displaylogo=False, displayModeBar=False))
+        js[0] = False
         return s
     esc = lambda k: html.escape(str(cfg.get(k, '?')))
-    parts = [f"<h1>mapg training report</h1><p class='sub'>{html.escape(str(out))}: task {esc('task')}, model {esc('model')}, "
-             f"{len(rows)} RL steps, {esc('loss')} loss</p>"]
-    if summary.get('after'): parts.append("<h2>Greedy evaluation on held-out prompts</h2>" + eval_table(summary.get('before', {}), summary['after']))
+    parts = [f"<h1>mapg training report</h1><p class='sub'>{html.escape(str(out))}: task {esc('task')}, "
+             f"model {esc('model')}, {len(rows)} RL steps, {esc('loss')} loss</p>"]
+    if summary.get('after'):
+        parts.append("<h2>Greedy evaluation on held-out prompts</h2>"
+                     + eval_table(summary.get('before', {}), summary['after']))
     if summary.get('sampled_after'):
         parts.append("<h2>Sampled with the rollout settings (the policy RL trains)</h2>"
                      + eval_table(summary.get('sampled_before', {}), summary['sampled_after']))
     if cfg: parts.append("<details><summary><b>Configuration</b></summary>" + config_table(cfg) + "</details>")
     if rows: parts += ["<h2>Training curves</h2>", emb(metrics_figure(rows))]
-    puz = puzzles_of(before, tokenizer, records)
-    given = given_mask(puz, before.L)
-    parts.append(f"<h2>Unmasking order</h2><p class='note'>The first rollout batch ({before.B} samples) and the same prompts sampled "
-                 f"again by the trained policy. Colour: the denoising step (1 to {before.T}) at which each position was kept"
-                 + ("; red outlines: the puzzle's given cells." if given.any() else '.') + "</p>")
-    if given.any(): parts.append(emb(given_vs_blank(before.unmask_step, after.unmask_step, given, T=before.T)))
-    for head, grids, maps in _order_section(before, after, puz, given, prompts):
-        parts.append(head + "<div class='row'>" + ''.join(f'<div>{emb(f)}</div>' for f in grids) + "</div>" + ''.join(emb(f) for f in maps))
+    parts += _order_parts(before, after, puzzles_of(before, tokenizer, records), prompts, emb)
     p = out/'report.html'
-    p.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>mapg report: {html.escape(out.name)}</title>"
+    p.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>mapg report: "
+                 f"{html.escape(out.name)}</title>"
                  f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>")
     return p

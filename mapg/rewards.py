@@ -21,7 +21,7 @@ __all__ = ['MAX_NUMBER_CHARS', 'MAX_CHARS', 'PARTS', 'UNSAFE_MODULES', 'REWARDS'
 
 # %% ../nbs/10_rewards.ipynb #fed48302
 def answer_tag(text:str)->str|None:
-    "Stripped content of the last `<answer>` tag (to its `</answer>`, or to the end if unclosed); None if there is none"
+    "Stripped content of the last `<answer>` tag (to its `</answer>`, or to the end if unclosed); None if there's none"
     i = text.rfind('<answer>')
     if i < 0: return None
     s = text[i + len('<answer>'):]
@@ -30,7 +30,7 @@ def answer_tag(text:str)->str|None:
 
 # %% ../nbs/10_rewards.ipynb #b817c960
 def last_boxed(text:str)->str|None:
-    "Argument of the last `\\boxed{...}` / `\\fbox{...}` (nested braces kept) or `\\boxed x`; None if absent or unclosed"
+    "Argument of the last `\\boxed{...}` / `\\fbox{...}` (nested braces kept) or `\\boxed x`; None if absent/unclosed"
     i = max(text.rfind('\\boxed'), text.rfind('\\fbox'))
     if i < 0: return None
     s = text[i + (6 if text.startswith('\\boxed', i) else 5):]
@@ -52,13 +52,15 @@ def code_blocks(text:str)->list:
         nl = text.find('\n', i + 3)
         if nl < 0: break
         end = text.find('```', nl + 1)
-        if end < 0: break                      # no later fence can close either
+        # no later fence can close either
+        if end < 0: break
         out.append((_LANG.match(text, i + 3, nl)[1].lower(), text[nl + 1:end]))
         i = end + 3
     return out
 
 # %% ../nbs/10_rewards.ipynb #dd390ee4
-_LANG = re.compile(r'[ \t]*([\w+-]*)')     # anchored, one pass over the opening line
+# anchored, one pass over the opening line
+_LANG = re.compile(r'[ \t]*([\w+-]*)')
 
 # %% ../nbs/10_rewards.ipynb #8cc3233b
 def python_block(text:str)->str|None:
@@ -66,15 +68,16 @@ def python_block(text:str)->str|None:
     return next((c for lang, c in code_blocks(text) if lang in ('', 'python', 'py', 'python3')), None)
 
 # %% ../nbs/10_rewards.ipynb #8b181fea
-_NUM = r'[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-−]?\.\d+'
-_NUM_RE, _NUMS_RE = re.compile(_NUM), re.compile(rf'(?<![\d.,])(?:{_NUM})(?![\d])')
+_NUMBER_PAT = r'[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-−]?\.\d+'
+_NUM_RE, _NUMS_RE = re.compile(_NUMBER_PAT), re.compile(rf'(?<![\d.,])(?:{_NUMBER_PAT})(?![\d])')
 
 # %% ../nbs/10_rewards.ipynb #4b657be9
-MAX_NUMBER_CHARS = 100   # a longer number is no answer to these tasks: None (and `int` would refuse past 4300 digits)
+# a longer number is no answer to these tasks: None (and `int` would refuse past 4300 digits)
+MAX_NUMBER_CHARS = 100
 
 # %% ../nbs/10_rewards.ipynb #6f47e184
 def _number(s:str)->Fraction|None:
-    "The value of a string that matched `_NUM`, None when it is too long"
+    "The value of a string that matched `_NUMBER_PAT`, None when it is too long"
     return Fraction(s.replace(',', '').replace('−', '-')) if len(s) <= MAX_NUMBER_CHARS else None
 
 # %% ../nbs/10_rewards.ipynb #7479f714
@@ -83,7 +86,8 @@ def parse_number(s:str)->Fraction|None:
     if not isinstance(s, str): return None
     s = s.strip()
     if (b := last_boxed(s)) is not None and s.startswith('\\boxed'): s = b.strip()
-    for d in ('\\$', '$'):                         # one leading and one trailing dollar sign
+    # one leading and one trailing dollar sign
+    for d in ('\\$', '$'):
         if s.startswith(d): s = s[len(d):].lstrip(); break
     for d in ('\\$', '$'):
         if s.endswith(d): s = s[:-len(d)].rstrip(); break
@@ -107,18 +111,21 @@ def hash_answer(solution:str)->str:
 # %% ../nbs/10_rewards.ipynb #b818d4fd
 _GSM_TAGS = ('<reasoning>', '</reasoning>', '<answer>', '</answer>')
 
+# %% ../nbs/10_rewards.ipynb #wekpnh2h
 def _skip_ws(text:str, i:int)->int:
     while i < len(text) and text[i].isspace(): i += 1
     return i
 
 # %% ../nbs/10_rewards.ipynb #d7308ce1
 def soft_format(text:str)->bool:
-    "`<reasoning>…</reasoning>` then `<answer>…</answer>` (anything inside, whitespace around), from the start of `text`"
+    "`<reasoning>…</reasoning>` then `<answer>…</answer>` (anything inside, whitespace around) from `text`'s start"
     i = _skip_ws(text, 0)
     if not text.startswith('<reasoning>', i): return False
     j = i + len('<reasoning>')
-    while (j := text.find('</reasoning>', j)) >= 0:     # the first close followed by an answer tag: the latest start
-        k = _skip_ws(text, j + len('</reasoning>'))      # for its `</answer>` (each whitespace run is skipped once)
+    # the first close followed by an answer tag: the latest start
+    while (j := text.find('</reasoning>', j)) >= 0:
+        # for its `</answer>` (each whitespace run is skipped once)
+        k = _skip_ws(text, j + len('</reasoning>'))
         if text.startswith('<answer>', k): return text.find('</answer>', k + len('<answer>')) >= 0
         j += 1
     return False
@@ -136,7 +143,7 @@ def strict_format(text:str)->bool:
 
 # %% ../nbs/10_rewards.ipynb #7557097f
 def xml_tags_placed(text:str, tags:tuple|list=_GSM_TAGS)->int:
-    "How many of `tags` occur exactly once, alone on their line, in order with respect to the other tags that occur once"
+    "How many of `tags` occur exactly once, alone on their line, in order with respect to the other once-only tags"
     pos = {}
     for t in tags:
         if text.count(t) == 1: pos[t] = text.find(t)
@@ -181,6 +188,7 @@ def _parts(**parts)->dict:
     parts = {k: float(v) for k, v in parts.items()}
     return dict(total=float(sum(parts.values())), **parts)
 
+# %% ../nbs/10_rewards.ipynb #f7nu4kz8
 def _text(c)->str:
     "The completion text: a string as is, the content of the last message of a TRL message list, '' for None"
     if isinstance(c, str): return c
@@ -218,7 +226,8 @@ def math_reward(completion:str, # model output
     return _parts(format=math_format(text), correct=2.0 * math_equal(last_boxed(text), gold, timeout=timeout))
 
 # %% ../nbs/10_rewards.ipynb #6395cde3
-UNSAFE_MODULES = ('os', 'sys', 'shutil', 'subprocess', 'socket', 'psutil', 'ctypes', 'pathlib', 'builtins', '__import__')
+UNSAFE_MODULES = ('os', 'sys', 'shutil', 'subprocess', 'socket', 'psutil', 'ctypes', 'pathlib',
+                  'builtins', '__import__')
 
 # %% ../nbs/10_rewards.ipynb #a6a56935
 _PARSE_LOCK = threading.Lock()
@@ -226,7 +235,8 @@ _PARSE_LOCK = threading.Lock()
 # %% ../nbs/10_rewards.ipynb #f94376bc
 def parse_code(code:str)->ast.Module|None:
     "The syntax tree of `code`, or None if it does not parse (its warnings, e.g. bad escapes, are not shown)"
-    with _PARSE_LOCK, warnings.catch_warnings():   # the lock: `catch_warnings` edits global state
+    # the lock: `catch_warnings` edits global state
+    with _PARSE_LOCK, warnings.catch_warnings():
         warnings.simplefilter('ignore')
         try: return ast.parse(code)
         except Exception: return None
@@ -236,7 +246,8 @@ def unsafe_names(code:str|ast.AST, blocked:Iterable[str]=UNSAFE_MODULES)->list:
     "Blocked modules or names that `code` (source or its tree) imports or mentions (sorted); `code` must parse"
     blocked = set(blocked)
     if not blocked: return []
-    names = {b for b in blocked if b.startswith('__')} | ({'__builtins__'} if blocked & {'builtins', '__import__'} else set())
+    names = ({b for b in blocked if b.startswith('__')}
+             | ({'__builtins__'} if blocked & {'builtins', '__import__'} else set()))
     mods = '|'.join(re.escape(b) for b in sorted(blocked))
     in_str = re.compile(rf'\b(?:import|from)\s+({mods})\b|(__import__|__builtins__)')
     found = set()
@@ -266,13 +277,13 @@ def code_tests(tests:str|list|tuple, entry_point:str|None=None)->list:
 def code_reward(completion:str,        # model output (the code is its first Python fence)
                 tests:str|list|tuple,  # list of test snippets, or a HumanEval test program (with `entry_point`)
                 entry_point:str|None=None, # HumanEval: the function `check` is called on
-                test_imports:str|list|tuple=(), # import lines run before the code (sandbox) and before the tests (judge)
+                test_imports:str|list|tuple=(), # import lines run before the code (sandbox) and the tests (judge)
                 timeout:float=10.,     # wall-clock seconds for the program and all its tests
                 blocked:Iterable[str]=UNSAFE_MODULES, # modules/names that make execution 0
                 cfg:SandboxCfg|None=None, # full sandbox limits (overrides `timeout`)
-                helpers:str|None=None  # trusted code the tests use (HumanEval: the prompt), never the program's version
+                helpers:str|None=None  # trusted code the tests use (HumanEval: the prompt), never the program's
                )->dict:                # total (max 2.0) and parts format, execution
-    "Code reward: format of the Python block + fraction of `tests` passed, judged outside the sandbox (0 if it uses `blocked`)"
+    "Code reward: Python block format + fraction of `tests` passed, judged outside the sandbox (0 if using `blocked`)"
     cases, text = code_tests(tests, entry_point), _text(completion)
     if isinstance(test_imports, str): test_imports = [test_imports]
     if len(text) > MAX_CHARS['code']: return _zeros('code')
@@ -285,7 +296,7 @@ def code_reward(completion:str,        # model output (the code is its first Pyt
     return _parts(format=1., execution=res.frac)
 
 # %% ../nbs/10_rewards.ipynb #38cce969
-def _grid(s, name:str, blanks:bool)->str:
+def _sudoku_grid(s, name:str, blanks:bool)->str:
     "Validate a 16-digit 4x4 grid string (`0` = blank when `blanks`)"
     s = str(s).strip()
     if not re.fullmatch(r'[0-4]{16}' if blanks else r'[1-4]{16}', s):
@@ -307,7 +318,7 @@ def sudoku_reward(completion:str, # model output (the grid is the digits inside 
                   solution:str    # 16 digits 1-4
                  )->dict:         # total = cells (max 1.0); parts cells, solved (flag)
     "Sudoku reward: fraction of the blank cells filled as in `solution` (+ a solved flag)"
-    puzzle, solution = _grid(puzzle, 'puzzle', True), _grid(solution, 'solution', False)
+    puzzle, solution = _sudoku_grid(puzzle, 'puzzle', True), _sudoku_grid(solution, 'solution', False)
     blanks = [i for i, p in enumerate(puzzle) if p == '0']
     if not blanks: raise ValueError(f"sudoku: `puzzle` has no blank cell: {puzzle!r}")
     text = _text(completion)
@@ -331,18 +342,20 @@ def order_reward(completion:str, # model output: its first 8 characters are the 
                  digits:str      # the prompt's 7 digits p1..p7
                 )->dict:         # total = cells (max 1.0); parts cells, solved (flag)
     "Order task reward: share of the 8 cells consistent with the completion's own free digit, and whether all are"
-    order_solution(digits, 0)                           # a bad `digits` raises
+    # a bad `digits` raises
+    order_solution(digits, 0)
     c = _text(completion)[:8]
     if len(c) < 8 or c[2] not in '0123': return _zeros('order')
     ok = sum(a == b for a, b in zip(c, order_solution(digits, int(c[2]))))
     return dict(total=ok / 8, cells=ok / 8, solved=float(ok == 8))
 
 # %% ../nbs/10_rewards.ipynb #71c937fb
-_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
+_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+        ast.Div: lambda a, b: a / b}
 
 # %% ../nbs/10_rewards.ipynb #f310dbfb
 def eval_arith(expr:str, max_len:int=200):
-    "Parse `expr` with an arithmetic whitelist -> `(value or None on division by zero, literals used)`; None if not allowed"
+    "Parse `expr` with an arithmetic whitelist -> `(value or None on division by zero, literals used)`; None if barred"
     if not isinstance(expr, str) or not expr.strip() or len(expr) > max_len: return None
     try: tree = ast.parse(expr.strip(), mode='eval')
     except Exception: return None
@@ -389,11 +402,11 @@ def _ints(xs, name:str)->list:
     return out
 
 # %% ../nbs/10_rewards.ipynb #fbdf901b
-REWARDS = dict(gsm8k=gsm8k_reward, math=math_reward, code=code_reward, sudoku=sudoku_reward, countdown=countdown_reward,
-               order=order_reward)
+REWARDS = dict(gsm8k=gsm8k_reward, math=math_reward, code=code_reward, sudoku=sudoku_reward,
+               countdown=countdown_reward, order=order_reward)
 
 # %% ../nbs/10_rewards.ipynb #3ee5418b
-_log = logging.getLogger(__name__)
+_reward_log = logging.getLogger(__name__)
 
 # %% ../nbs/10_rewards.ipynb #25883d24
 def get_reward(task:str):
@@ -407,7 +420,7 @@ def score_batch(reward:str|Callable[..., dict], # task name or reward function
                 workers:int=1, # samples scored at once (threads)
                 **columns      # gold columns, one list per reward parameter (extra columns ignored)
                )->list:        # reward dict per completion (a failed sample: zeros and a `reason`)
-    "Score a batch of completions with a per-sample reward; a sample whose scoring fails scores 0 and the batch goes on"
+    "Score a batch of completions with a per-sample reward; a sample whose scoring fails scores 0, the batch goes on"
     fn = get_reward(reward) if isinstance(reward, str) else reward
     ps = list(inspect.signature(fn).parameters.values())[1:]
     use = [p.name for p in ps if p.name in columns]
@@ -415,10 +428,11 @@ def score_batch(reward:str|Callable[..., dict], # task name or reward function
     if missing: raise ValueError(f"{fn.__name__}: missing column(s) {missing}")
     n = len(completions)
     for k in use:
-        if len(columns[k]) != n: raise ValueError(f"{fn.__name__}: column {k!r} has {len(columns[k])} rows, completions {n}")
+        if len(columns[k]) != n:
+            raise ValueError(f"{fn.__name__}: column {k!r} has {len(columns[k])} rows, completions {n}")
     task = next((t for t, f in REWARDS.items() if f is fn), None)
     def fail(i, why):
-        _log.warning("%s: sample %d scores 0: %s", getattr(fn, '__name__', 'reward'), i, why)
+        _reward_log.warning("%s: sample %d scores 0: %s", getattr(fn, '__name__', 'reward'), i, why)
         return dict(_zeros(task) if task else dict(total=0.), reason=why)
     def one(i):
         try:
@@ -436,7 +450,8 @@ def score_batch(reward:str|Callable[..., dict], # task name or reward function
 def batch_reward(reward:str|Callable[..., dict], part:str='total', workers:int=1):
     "A TRL-style reward function `(completions, **columns) -> list[float]` giving `part` of `reward`"
     fn = get_reward(reward) if isinstance(reward, str) else reward
-    def f(completions, **columns): return [r.get(part, 0.) for r in score_batch(fn, completions, workers=workers, **columns)]
+    def f(completions, **columns):
+        return [r.get(part, 0.) for r in score_batch(fn, completions, workers=workers, **columns)]
     f.__name__ = f.__qualname__ = f"{fn.__name__}_{part}"
     return f
 

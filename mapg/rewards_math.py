@@ -6,6 +6,7 @@
 from __future__ import annotations
 import importlib.util, inspect, logging, marshal, os, re, select, subprocess, sys, threading, time
 from fractions import Fraction
+from fastcore.basics import patch
 from functools import cache
 
 # %% auto #0
@@ -23,6 +24,7 @@ def _unwrap(s:str, cmd:str)->str:
         out += [s[i:j], s[j + len(key):k - 1]]; i = k
     return ''.join(out) + s[i:]
 
+# %% ../nbs/09_rewards_math.ipynb #94uogbge
 def _fix_fracs(s:str)->str:
     "`\\frac12` -> `\\frac{1}{2}`, `\\frac1{72}` -> `\\frac{1}{72}`, `\\frac{a}b` -> `\\frac{a}{b}`"
     parts = s.split('\\frac')
@@ -42,6 +44,7 @@ def _fix_fracs(s:str)->str:
         out += ''.join(args) + p
     return out
 
+# %% ../nbs/09_rewards_math.ipynb #5cqqlaj4
 def _fix_sqrt(s:str)->str:
     "`\\sqrt3` -> `\\sqrt{3}` (a single-character argument gets braces)"
     return re.sub(r'\\sqrt(?!\{)\s*([^\s{\\])', r'\\sqrt{\1}', s)
@@ -56,11 +59,13 @@ def strip_math(s:str)->str:
     s = s.replace('\\displaystyle', '')
     s = s.replace('^{\\circ}', '').replace('^\\circ', '').replace('\\circ', '').replace('°', '')
     s = s.replace('\\$', '').replace('$', '').replace('\\%', '').replace('%', '')
-    if '\\text{ ' in s: s = s.split('\\text{ ')[0]          # trailing units: "10\text{ cm}"
+    # trailing units: "10\text{ cm}"
+    if '\\text{ ' in s: s = s.split('\\text{ ')[0]
     for c in ('text', 'textbf', 'mbox', 'mathrm', 'boxed'): s = _unwrap(s, c)
     s = s.replace(' .', ' 0.').replace('{.', '{0.')
     if s.startswith('.'): s = '0' + s
-    if s.count('=') == 1 and len(s.split('=')[0].strip()) <= 2: s = s.split('=')[1]   # "x = 5" -> "5"
+    # "x = 5" -> "5"
+    if s.count('=') == 1 and len(s.split('=')[0].strip()) <= 2: s = s.split('=')[1]
     s = _fix_sqrt(s).replace(' ', '')
     s = _fix_fracs(s).rstrip('.')
     if s == '0.5': s = '\\frac{1}{2}'
@@ -77,27 +82,33 @@ def math_number(s:str)->Fraction|None:
     except (ValueError, ZeroDivisionError): return None
 
 # %% ../nbs/09_rewards_math.ipynb #d3c1a0a2
-MIN_DECIMALS = 6   # places an approximate answer to an irrational reference must state (the symbolic checker's rounding)
+# places an approximate answer to an irrational reference must state (the symbolic checker's rounding)
+MIN_DECIMALS = 6
 _DECIMAL = re.compile(r'-?(\d{1,3}(,\d{3})+|\d+)\.\d+')
 
+# %% ../nbs/09_rewards_math.ipynb #9dlas5gm
 def _decimal(s:str)->str|None:
     "`s` as a plain decimal with a fractional part (`-1,234.5678` -> `-1234.5678`), else None"
     t = strip_math(s)
     return t.replace(',', '') if _DECIMAL.fullmatch(t) else None
 
+# %% ../nbs/09_rewards_math.ipynb #r2cdocu7
 def _within_half_unit(dec:str, value)->bool:
-    "Whether the decimal `dec` equals `value` (a `Fraction`) to every digit it states: within half a unit of its last digit"
+    "Whether decimal `dec` equals the `Fraction` `value` to every digit it states: within half a unit of its last one"
     from fractions import Fraction
     places = len(dec.partition('.')[2])
     return abs(Fraction(dec) - value) * 2 * 10 ** places <= 1
 
+# %% ../nbs/09_rewards_math.ipynb #hcf4d7pu
 def _exact_decimals(s:str)->str:
     "Every decimal in `s` as an exact fraction (`1.25x` -> `{\\frac{125}{100}}x`), so that no rounding compares it"
-    return re.sub(r'(?<![\d.])(\d*)\.(\d+)(?![\d.])', lambda m: f'{{\\frac{{{int(m[1] + m[2])}}}{{1{"0" * len(m[2])}}}}}', s)
+    return re.sub(r'(?<![\d.])(\d*)\.(\d+)(?![\d.])',
+                  lambda m: f'{{\\frac{{{int(m[1] + m[2])}}}{{1{"0" * len(m[2])}}}}}', s)
 
 # %% ../nbs/09_rewards_math.ipynb #beda6765
-_log = logging.getLogger(__name__)
+_math_log = logging.getLogger(__name__)
 
+# %% ../nbs/09_rewards_math.ipynb #e9921ytv
 @cache
 def _mv()->bool:
     "Whether `math_verify` is installed (found, not imported: the helper process imports it)"
@@ -111,83 +122,109 @@ def have_math_verify()->bool:
 
 # %% ../nbs/09_rewards_math.ipynb #d1d40292
 def _mv_serve():
-    "Helper side: warm up, then answer `(pred, gold, cpu, kind)` requests on stdin with one byte each (`1` equal, `0` not)"
+    "Helper side: warm up, then answer `(pred, gold, cpu, kind)` requests on stdin with one byte (`1` equal, `0` not)"
     import logging, os, resource, signal, sys, marshal
     from fractions import Fraction
     logging.disable(logging.CRITICAL)
     import math_verify as mv, sympy
-    class OutOfCPU(BaseException): "Past the request's CPU budget (a BaseException: math-verify's own handlers let it by)"
+    class OutOfCPU(BaseException):
+        "Past the request's CPU budget (a BaseException: math-verify's own handlers let it by)"
     def on_prof(*a): raise OutOfCPU()
     signal.signal(signal.SIGPROF, on_prof)
-    def decimal_equal(dec, gold):   # `dec` a plain decimal; the exact value of `gold` to far more digits than it states
+    def decimal_equal(dec, gold):   # `dec` a plain decimal; `gold`'s exact value to far more digits than `dec`
         x = next((e for e in mv.parse('\\boxed{' + gold + '}', parsing_timeout=0) if isinstance(e, sympy.Expr)), None)
         if x is None or x.free_symbols or not x.is_number: return False
-        if not isinstance(x, sympy.Rational): x = sympy.simplify(x)     # a rational in disguise (sqrt(4)) becomes one
-        if isinstance(x, sympy.Rational): return Fraction(dec) == Fraction(int(x.p), int(x.q))   # exact forms stay exact
+        # a rational in disguise (sqrt(4)) becomes one
+        if not isinstance(x, sympy.Rational): x = sympy.simplify(x)
+        # exact forms stay exact
+        if isinstance(x, sympy.Rational): return Fraction(dec) == Fraction(int(x.p), int(x.q))
         if len(dec.partition('.')[2]) < MIN_DECIMALS: return False
         v = sympy.N(x, len(dec) + 30)
         return bool(v.is_Float) and _within_half_unit(dec, Fraction(str(v)))
     def equal(pred, gold, cpu, kind='sym'):
         r = resource.getrusage(resource.RUSAGE_SELF)
-        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]   # backstop: past it the kernel ends the helper (SIGXCPU)
+        # backstop: past it the kernel ends the helper (SIGXCPU)
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
         soft = int(r.ru_utime + r.ru_stime + cpu) + 2
         resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
-        signal.setitimer(signal.ITIMER_PROF, cpu)          # CPU seconds of this process: the machine's load does not count
+        # CPU seconds of this process: the machine's load does not count
+        signal.setitimer(signal.ITIMER_PROF, cpu)
         try:
             if kind == 'dec': return decimal_equal(pred, gold)
-            g = mv.parse('\\boxed{' + gold + '}', parsing_timeout=0)   # 0: no wall-clock alarm of math-verify's own
+            # 0: no wall-clock alarm of math-verify's own
+            g = mv.parse('\\boxed{' + gold + '}', parsing_timeout=0)
             p = mv.parse('\\boxed{' + pred + '}', parsing_timeout=0)
             return bool(g and p and mv.verify(g, p, timeout_seconds=None))
         except BaseException: return False
         finally: signal.setitimer(signal.ITIMER_PROF, 0)
-    equal('\\frac{1}{2}\\sqrt{3}', '\\frac{\\sqrt{3}}{2}', 600.)   # warm: imports and first-parse caches, before any timed call
+    # warm: imports and first-parse caches, before any timed call
+    equal('\\frac{1}{2}\\sqrt{3}', '\\frac{\\sqrt{3}}{2}', 600.)
     os.write(1, b'R')
     while True:
         n = sys.stdin.buffer.read(4)
         if len(n) < 4: os._exit(0)
         os.write(1, b'1' if equal(*marshal.loads(sys.stdin.buffer.read(int.from_bytes(n, 'big')))) else b'0')
 
+# %% ../nbs/09_rewards_math.ipynb #at9k8njv
 class _MathWorker:
-    "One helper process per trainer process running `math-verify`: any thread may ask; CPU-bounded, with a wall-clock safety net"
+    "One `math-verify` helper process per trainer process, for any thread: CPU-bounded, with a wall-clock safety net"
     def __init__(self, ceiling:float=120.):
         self.p, self.pid, self.lock, self.dead, self.ceiling = None, None, threading.Lock(), False, ceiling
         if hasattr(os, 'register_at_fork'): os.register_at_fork(after_in_child=self._forked)
-    def _forked(self): self.p, self.lock = None, threading.Lock()   # a forked process starts its own helper
-    def _start(self):
-        src = f'MIN_DECIMALS = {MIN_DECIMALS}\n{inspect.getsource(_within_half_unit)}\n{inspect.getsource(_mv_serve)}\n{_mv_serve.__name__}()\n'
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        self.p = subprocess.Popen([sys.executable, '-c', src], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, env=env, start_new_session=True)
-        self.pid = os.getpid()
-        if not self._read(600.): self._stop(); self.dead = True   # math-verify would not even import: use the fallback
-    def _read(self, wait:float)->bytes:
-        r = select.select([self.p.stdout], [], [], wait)[0]
-        return os.read(self.p.stdout.fileno(), 1) if r else b''
-    def _stop(self):
-        try: self.p.kill(); self.p.wait()
-        except Exception: pass
-        self.p = None
-    def equal(self, pred:str, gold:str, timeout:float, kind:str='sym')->bool:
-        with self.lock:
-            if self.dead: return False
-            if self.p is None or self.pid != os.getpid() or self.p.poll() is not None: self._start()
-            if self.p is None: return False
-            msg = marshal.dumps((pred, gold, 3. * timeout, kind))   # two parses and a comparison: 3 x `timeout` CPU seconds
-            try: self.p.stdin.write(len(msg).to_bytes(4, 'big') + msg); self.p.stdin.flush()
-            except OSError: self._stop(); return False
-            t0 = time.monotonic()
-            a = self._read(self.ceiling)
-            if a not in (b'0', b'1'):
-                self._stop()
-                _log.warning("math-verify gave no answer within %.1f s (answers of %d and %d characters): counted as "
-                             "not equal; helper restarted", time.monotonic() - t0, len(pred), len(gold))
-                return False
-            return a == b'1'
+    # a forked process starts its own helper
+    def _forked(self): self.p, self.lock = None, threading.Lock()
 
+# %% ../nbs/09_rewards_math.ipynb #h33g4gep
+@patch
+def _start(self:_MathWorker):
+    src = (f'MIN_DECIMALS = {MIN_DECIMALS}\n{inspect.getsource(_within_half_unit)}\n'
+           f'{inspect.getsource(_mv_serve)}\n{_mv_serve.__name__}()\n')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    self.p = subprocess.Popen([sys.executable, '-c', src], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    self.pid = os.getpid()
+    # math-verify would not even import: use the fallback
+    if not self._read(600.): self._stop(); self.dead = True
+
+# %% ../nbs/09_rewards_math.ipynb #b9iyh8l7
+@patch
+def _read(self:_MathWorker, wait:float)->bytes:
+    r = select.select([self.p.stdout], [], [], wait)[0]
+    return os.read(self.p.stdout.fileno(), 1) if r else b''
+
+# %% ../nbs/09_rewards_math.ipynb #1jjo0g26
+@patch
+def _stop(self:_MathWorker):
+    try: self.p.kill(); self.p.wait()
+    except Exception: pass
+    self.p = None
+
+# %% ../nbs/09_rewards_math.ipynb #xw0mg35x
+@patch
+def equal(self:_MathWorker, pred:str, gold:str, timeout:float, kind:str='sym')->bool:
+    with self.lock:
+        if self.dead: return False
+        if self.p is None or self.pid != os.getpid() or self.p.poll() is not None: self._start()
+        if self.p is None: return False
+        # two parses and a comparison: 3 x `timeout` CPU seconds
+        msg = marshal.dumps((pred, gold, 3. * timeout, kind))
+        try: self.p.stdin.write(len(msg).to_bytes(4, 'big') + msg); self.p.stdin.flush()
+        except OSError: self._stop(); return False
+        t0 = time.monotonic()
+        a = self._read(self.ceiling)
+        if a not in (b'0', b'1'):
+            self._stop()
+            _math_log.warning("math-verify gave no answer within %.1f s (answers of %d and %d characters): "
+                              "counted as not equal; helper restarted", time.monotonic() - t0, len(pred), len(gold))
+            return False
+        return a == b'1'
+
+# %% ../nbs/09_rewards_math.ipynb #49jv1so6
 _WORKER = _MathWorker()
 
+# %% ../nbs/09_rewards_math.ipynb #5myo1zc9
 def _mv_equal(pred:str, gold:str, timeout:int, kind:str='sym')->bool:
-    "Equality by `math-verify` (`kind` 'sym': symbolic; 'dec': the decimal `pred` at its precision), in the helper process"
+    "Equality by `math-verify` (`kind` 'sym': symbolic; 'dec': decimal `pred` at its precision), in the helper process"
     return _mv() and _WORKER.equal(pred, gold, timeout, kind)
 
 # %% ../nbs/09_rewards_math.ipynb #74efc954
@@ -196,7 +233,7 @@ def math_equal(pred:str|None,       # the model's answer (content of its last `\
                timeout:float=3,     # CPU seconds for each `math-verify` parse and comparison (3 x in all)
                use_math_verify:bool=True # also try the symbolic check (when installed; it runs in a helper process)
               )->bool:
-    "Whether `pred` is an equivalent answer to `gold` (normal form, exact numbers, decimals at their precision, then `math-verify`); never raises"
+    "Whether `pred` is equivalent to `gold` (normal form, exact numbers, decimal precision, math-verify); never raises"
     if pred is None: return False
     try:
         a, b = strip_math(pred), strip_math(gold)
@@ -205,6 +242,7 @@ def math_equal(pred:str|None,       # the model's answer (content of its last `\
         if x is not None and y is not None: return x == y
         d = _decimal(pred)
         if not (use_math_verify and pred.strip()): return False
-        if d is not None: return _mv_equal(d, gold, timeout, 'dec')   # the reference's exact value, at the places written
+        # the reference's exact value, at the places written
+        if d is not None: return _mv_equal(d, gold, timeout, 'dec')
         return _mv_equal(_exact_decimals(pred), _exact_decimals(gold), timeout)
     except Exception: return False

@@ -28,21 +28,22 @@ class Rollout:
     prompt_len:int              # P: the completion is ids[:, P:]
     unmask_step:Tensor          # [B, L] int64 step t (1..T) at which each completion position was kept
     unmask_rank:Tensor          # [B, L] int64 rank (0-based) of that position among its step's ordered picks
-    logp_token:Tensor           # [B, L] float32 log softmax(logits/temperature)[token] at the keeping step (0 at temperature 0)
-    logp_pos:Tensor             # [B, L] float32 log-prob of the pick that kept the position, given its step's earlier picks
+    logp_token:Tensor           # [B, L] float32 log softmax(logits/temperature)[token] at the keeping step (0 at T=0)
+    logp_pos:Tensor             # [B, L] float32 log-prob of the pick that kept the position, given earlier picks
     settings:GenSettings        # the arguments of `generate`
     mask_id:int                 # the [MASK] id of the canvas
-    proposals:Tensor|None=None  # [B, T, block_length] int64 ('token_logprob' only): proposals at step t, -1 if not eligible
-    logp_prop:Tensor|None=None  # [B, L] float32 ('token_logprob' only): log-probs of the proposals discarded at each position
+    proposals:Tensor|None=None  # [B, T, block_length] int64 ('token_logprob'): proposals at step t, -1 if not eligible
+    logp_prop:Tensor|None=None  # [B, L] float32 ('token_logprob'): log-probs of the proposals discarded per position
     n_segments:int|None=None    # N, when `generate` was asked for StepMerge old log-probs
-    old_token:Tensor|None=None  # [B, L] float32 StepMerge (N segments) token term of every decision, from the sampler's passes
+    old_token:Tensor|None=None  # [B, L] float32 StepMerge (N segments) token term of every decision, from the sampler
     old_pos:Tensor|None=None    # [B, L] float32 StepMerge position term of every decision
-    eos_ids:tuple=()            # end-of-sequence ids of the model that generated it: decisions after the first are not counted
+    eos_ids:tuple=()            # end-of-sequence ids of the sampling model: decisions after the first not counted
 
     B = property(lambda self: self.ids.shape[0])
     L = property(lambda self: self.settings.gen_length)
     T = property(lambda self: self.settings.steps)
-    completion = property(lambda self: self.ids[:, self.prompt_len:])   # [B, L]
+    # [B, L]
+    completion = property(lambda self: self.ids[:, self.prompt_len:])
 
     @property
     def logp(self)->Tensor:
@@ -53,22 +54,29 @@ class Rollout:
 # %% ../nbs/05_sampler.ipynb #7ec6d304
 def _canvas(prompt_ids, attention_mask, gen_length, mask_id, device):
     "The canvas (prompt + `gen_length` [MASK]) and its attention mask, after checking the prompt arguments"
-    if not isinstance(prompt_ids, Tensor) or prompt_ids.dim() != 2 or prompt_ids.is_floating_point() or prompt_ids.dtype == torch.bool:
-        raise ValueError(f"prompt_ids must be an integer tensor [B, P], got {getattr(prompt_ids, 'shape', type(prompt_ids))}")
+    if (not isinstance(prompt_ids, Tensor) or prompt_ids.dim() != 2 or prompt_ids.is_floating_point()
+        or prompt_ids.dtype == torch.bool):
+        raise ValueError(f"prompt_ids must be an integer tensor [B, P], got "
+                         f"{getattr(prompt_ids, 'shape', type(prompt_ids))}")
     B, P = prompt_ids.shape
     if B == 0: raise ValueError("prompt_ids has no rows")
     if attention_mask is None: attn = torch.ones(B, P, dtype=torch.bool, device=device)
     else:
         if attention_mask.shape != prompt_ids.shape:
-            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but prompt_ids has {tuple(prompt_ids.shape)}")
+            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} "
+                             f"but prompt_ids has {tuple(prompt_ids.shape)}")
         attn = attention_mask.to(device).bool()
-        if P > 1 and (attn[:, 1:] < attn[:, :-1]).any(): raise ValueError("attention_mask must be left padding: 0s then 1s in each row")
-    ids = torch.cat([prompt_ids.to(device).long(), torch.full((B, gen_length), mask_id, dtype=torch.long, device=device)], 1)
+        if P > 1 and (attn[:, 1:] < attn[:, :-1]).any():
+            raise ValueError("attention_mask must be left padding: 0s then 1s in each row")
+    ids = torch.cat([prompt_ids.to(device).long(),
+                     torch.full((B, gen_length), mask_id, dtype=torch.long, device=device)], 1)
     return ids, torch.cat([attn, attn.new_ones(B, gen_length)], 1), P
 
+# %% ../nbs/05_sampler.ipynb #q5mfqov7
 def _check_gen(generator, device, B:int):
     if isinstance(generator, (list, tuple)):
-        if not generator or B % len(generator): raise ValueError(f"{B} rows cannot be cut into {len(generator)} equal blocks, one per generator")
+        if not generator or B % len(generator):
+            raise ValueError(f"{B} rows cannot be cut into {len(generator)} equal blocks, one per generator")
         return [_check_gen(g, device, B) for g in generator]
     if generator is None: return make_gen(None, device)
     if torch.device(generator.device).type != torch.device(device).type:
@@ -79,86 +87,112 @@ def _check_gen(generator, device, B:int):
 class _Sampler:
     "One `generate` call: the canvas and the records, advanced one denoising step at a time"
     def __init__(self, model, ids, attn, P, cfg:GenSettings, gen, n_segments:int|None=None):
-        self.model, self.ids, self.attn, self.P, self.cfg, self.gen, self.n_segments = model, ids, attn, P, cfg, gen, n_segments
+        self.model, self.ids, self.attn, self.P, self.cfg = model, ids, attn, P, cfg
+        self.gen, self.n_segments = gen, n_segments
         B, L, bl, dev = ids.shape[0], cfg.gen_length, cfg.block_length, ids.device
         self.kw, self.completion = model.forward_kwargs(attn), ids[:, P:]
-        self.is_mask = torch.ones(B, L, dtype=torch.uint8, device=dev)      # uint8: sortable
+        # uint8: sortable
+        self.is_mask = torch.ones(B, L, dtype=torch.uint8, device=dev)
         self.unmask_step, self.unmask_rank = (torch.zeros(B, L, dtype=torch.long, device=dev) for _ in range(2))
         self.logp_token, self.logp_pos = (torch.zeros(B, L, device=dev) for _ in range(2))
-        self.plan = [(b, k, bl - sum(cfg.block_k[:i])) for b in range(cfg.num_blocks) for i, k in enumerate(cfg.block_k)]
+        self.plan = [(b, k, bl - sum(cfg.block_k[:i])) for b in range(cfg.num_blocks)
+                     for i, k in enumerate(cfg.block_k)]
         self.ranks = {k: torch.arange(k, device=dev).expand(B, k) for k in set(cfg.block_k)}
         tl = cfg.score == 'token_logprob'
         self.proposals = torch.full((B, cfg.steps, bl), -1, dtype=torch.long, device=dev) if tl else None
         self.logp_prop = torch.zeros(B, L, device=dev) if tl else None
         self.old_token = self.old_pos = None
-        self.pc, self.lo = None, 0                      # cache='prefix': the block's PrefixCache; canvas index of logits[:, 0]
-        if n_segments:                                  # StepMerge old log-probs from the boundary passes
+        # cache='prefix': the block's PrefixCache; canvas index of logits[:, 0]
+        self.pc, self.lo = None, 0
+        # StepMerge old log-probs from the boundary passes
+        if n_segments:
             self.bounds, self.pending = segment_bounds(cfg.steps, n_segments), []
             self.old_token, self.old_pos = (torch.zeros(B, L, device=dev) for _ in range(2))
 
-    def forward(self, t:int=1)->Tensor:
-        "Logits for step `t`: `[B, S, V]` of the whole canvas, or (cache='prefix') `[B, block_length, V]` of its block's window"
-        if self.cfg.cache == 'none': return self.model.forward(self.ids, **self.kw)
-        spb, bl = self.cfg.steps_per_block, self.cfg.block_length
-        self.lo = self.P + (t - 1) // spb * bl
-        if (t - 1) % spb == 0: self.pc = PrefixCache(self.model, self.ids, self.attn, self.lo)   # z_b: the block's first state
-        return self.pc.logits(self.ids, bl)
+# %% ../nbs/05_sampler.ipynb #cxk386tq
+@patch
+def forward(self:_Sampler, t:int=1)->Tensor:
+    "Logits for step `t`: `[B, S, V]` of the whole canvas, or (cache='prefix') `[B, block_length, V]` of its block"
+    if self.cfg.cache == 'none': return self.model.forward(self.ids, **self.kw)
+    spb, bl = self.cfg.steps_per_block, self.cfg.block_length
+    self.lo = self.P + (t - 1) // spb * bl
+    # z_b: the block's first state
+    if (t - 1) % spb == 0: self.pc = PrefixCache(self.model, self.ids, self.attn, self.lo)
+    return self.pc.logits(self.ids, bl)
 
-    def step(self, t:int, logits:Tensor):
-        "Go from z^{t-1} to z^t, given the logits of z^{t-1}: propose, score, pick, keep, record"
-        cfg, P = self.cfg, self.P
-        if self.n_segments and t - 1 in self.bounds: self._keep_boundary(t, logits)
-        b, k, m = self.plan[t - 1]                     # block, positions to keep, positions still masked in it
-        c0, tau = b * cfg.block_length, cfg.temperature
-        blk = self.is_mask[:, c0:c0 + cfg.block_length]
-        cand = blk.argsort(dim=-1, descending=True, stable=True)[:, :m]   # [B, m] offsets of the masked positions, ascending
-        lg = logits[:, P + c0 - self.lo:].gather(1, cand.unsqueeze(-1).expand(-1, -1, logits.shape[-1])).float()      # [B, m, V]
-        prop, lp_prop = propose(lg, cfg.temperature, self.gen)             # [B, m] proposals, their log-probs
-        picks, lp_pos = pick_positions(unmask_scores(lg, cfg.score, prop), k, cfg.remasking, cfg.pos_temperature, self.gen)
-        pos = cand.gather(1, picks).add_(c0)                               # [B, k] kept positions (completion index), in order
-        if self.proposals is not None:                                     # token_logprob: the discarded proposals count too
-            self.proposals[:, t - 1].scatter_(1, cand, prop)
-            self.logp_prop.scatter_add_(1, cand + c0, lp_prop.scatter(1, picks, 0.))
-        self.completion.scatter_(1, pos, prop.gather(1, picks))
-        self.is_mask.scatter_(1, pos, 0)
-        self.unmask_step.scatter_(1, pos, t)
-        self.unmask_rank.scatter_(1, pos, self.ranks[k])
-        self.logp_token.scatter_(1, pos, lp_prop.gather(1, picks))
-        self.logp_pos.scatter_(1, pos, lp_pos)
-        if self.n_segments: self._score_segments(t)
+# %% ../nbs/05_sampler.ipynb #jvt6pzma
+@patch
+def step(self:_Sampler, t:int, logits:Tensor):
+    "Go from z^{t-1} to z^t, given the logits of z^{t-1}: propose, score, pick, keep, record"
+    cfg, P = self.cfg, self.P
+    if self.n_segments and t - 1 in self.bounds: self._keep_boundary(t, logits)
+    # block, positions to keep, positions still masked in it
+    b, k, m = self.plan[t - 1]
+    c0, tau = b * cfg.block_length, cfg.temperature
+    blk = self.is_mask[:, c0:c0 + cfg.block_length]
+    # [B, m] offsets of the masked positions, ascending
+    cand = blk.argsort(dim=-1, descending=True, stable=True)[:, :m]
+    # [B, m, V]
+    lg = logits[:, P + c0 - self.lo:].gather(1, cand.unsqueeze(-1).expand(-1, -1, logits.shape[-1])).float()
+    # [B, m] proposals, their log-probs
+    prop, lp_prop = propose(lg, cfg.temperature, self.gen)
+    picks, lp_pos = pick_positions(unmask_scores(lg, cfg.score, prop), k, cfg.remasking,
+                                   cfg.pos_temperature, self.gen)
+    # [B, k] kept positions (completion index), in order
+    pos = cand.gather(1, picks).add_(c0)
+    # token_logprob: the discarded proposals count too
+    if self.proposals is not None:
+        self.proposals[:, t - 1].scatter_(1, cand, prop)
+        self.logp_prop.scatter_add_(1, cand + c0, lp_prop.scatter(1, picks, 0.))
+    self.completion.scatter_(1, pos, prop.gather(1, picks))
+    self.is_mask.scatter_(1, pos, 0)
+    self.unmask_step.scatter_(1, pos, t)
+    self.unmask_rank.scatter_(1, pos, self.ranks[k])
+    self.logp_token.scatter_(1, pos, lp_prop.gather(1, picks))
+    self.logp_pos.scatter_(1, pos, lp_pos)
+    if self.n_segments: self._score_segments(t)
 
-    def _keep_boundary(self, t:int, logits:Tensor):
-        "Segment starting at step t: keep the boundary logits of the blocks it fills, until its decisions are known"
-        cfg, spb, bl = self.cfg, self.cfg.steps_per_block, self.cfg.block_length
-        t1 = self.bounds[self.bounds.index(t - 1) + 1]
-        b_lo, b_hi = (t - 1) // spb, (t1 - 1) // spb
-        # max_logit/max_logprob need the segment's own decisions only; token_logprob scores competitors with their final tokens
-        done = t1 if cfg.score != 'token_logprob' else (b_hi + 1) * spb
-        c, W = b_lo * bl, (b_hi - b_lo + 1) * bl
-        if self.pc is not None and W > bl: lg = self.pc.logits(self.ids, W)    # cached: a window over the segment's blocks
-        else: lg = logits[:, self.P + c - self.lo:self.P + c - self.lo + W]
-        self.pending.append((t - 1, t1, c, W, done, lg.clone()))   # [B, W, V]
+# %% ../nbs/05_sampler.ipynb #i2dnowpz
+@patch
+def _keep_boundary(self:_Sampler, t:int, logits:Tensor):
+    "Segment starting at step t: keep the boundary logits of the blocks it fills, until its decisions are known"
+    cfg, spb, bl = self.cfg, self.cfg.steps_per_block, self.cfg.block_length
+    t1 = self.bounds[self.bounds.index(t - 1) + 1]
+    b_lo, b_hi = (t - 1) // spb, (t1 - 1) // spb
+    # max_logit/max_logprob: the segment's own decisions suffice; token_logprob: competitors need final tokens
+    done = t1 if cfg.score != 'token_logprob' else (b_hi + 1) * spb
+    c, W = b_lo * bl, (b_hi - b_lo + 1) * bl
+    # cached: a window over the segment's blocks
+    if self.pc is not None and W > bl: lg = self.pc.logits(self.ids, W)
+    else: lg = logits[:, self.P + c - self.lo:self.P + c - self.lo + W]
+    # [B, W, V]
+    self.pending.append((t - 1, t1, c, W, done, lg.clone()))
 
-    def _score_segments(self, t:int):
-        "Score the pending segments whose decisions are all known after step t (`segment_terms`)"
-        B, T, bl = self.ids.shape[0], self.cfg.steps, self.cfg.block_length
-        for seg in [p for p in self.pending if p[4] == t]:
-            t0, t1, c, W, _, lg = seg
-            w = slice(c, c + W)
-            step = self.unmask_step[:, w].masked_fill(self.unmask_step[:, w] == 0, T + 1)   # undecided: after the segment
-            blk = (torch.arange(c, c + W, device=lg.device) // bl).expand(B, W)
-            full = lambda v: torch.full((B,), v, device=lg.device)
-            lt, lp = segment_terms(lg.float(), self.completion[:, w], step, self.unmask_rank[:, w], blk, full(t0), full(t1), self.cfg,
-                                   n_steps=t1 - t0)
-            self.old_token[:, w] += lt; self.old_pos[:, w] += lp
-            self.pending.remove(seg)
+# %% ../nbs/05_sampler.ipynb #usj82y1a
+@patch
+def _score_segments(self:_Sampler, t:int):
+    "Score the pending segments whose decisions are all known after step t (`segment_terms`)"
+    B, T, bl = self.ids.shape[0], self.cfg.steps, self.cfg.block_length
+    for seg in [p for p in self.pending if p[4] == t]:
+        t0, t1, c, W, _, lg = seg
+        w = slice(c, c + W)
+        # undecided: after the segment
+        step = self.unmask_step[:, w].masked_fill(self.unmask_step[:, w] == 0, T + 1)
+        blk = (torch.arange(c, c + W, device=lg.device) // bl).expand(B, W)
+        full = lambda v: torch.full((B,), v, device=lg.device)
+        lt, lp = segment_terms(lg.float(), self.completion[:, w], step, self.unmask_rank[:, w], blk, full(t0),
+                               full(t1), self.cfg, n_steps=t1 - t0)
+        self.old_token[:, w] += lt; self.old_pos[:, w] += lp
+        self.pending.remove(seg)
 
-    def rollout(self)->Rollout:
-        "The records as a `Rollout` of tensors of their own"
-        c = lambda x: None if x is None else x.clone()
-        return Rollout(c(self.ids), c(self.attn), self.P, c(self.unmask_step), c(self.unmask_rank), c(self.logp_token),
-                       c(self.logp_pos), self.cfg, self.model.mask_id, c(self.proposals), c(self.logp_prop),
-                       self.n_segments, c(self.old_token), c(self.old_pos), tuple(self.model.eos_ids))
+# %% ../nbs/05_sampler.ipynb #0lx0ypzj
+@patch
+def rollout(self:_Sampler)->Rollout:
+    "The records as a `Rollout` of tensors of their own"
+    c = lambda x: None if x is None else x.clone()
+    return Rollout(c(self.ids), c(self.attn), self.P, c(self.unmask_step), c(self.unmask_rank), c(self.logp_token),
+                   c(self.logp_pos), self.cfg, self.model.mask_id, c(self.proposals), c(self.logp_prop),
+                   self.n_segments, c(self.old_token), c(self.old_pos), tuple(self.model.eos_ids))
 
 # %% ../nbs/05_sampler.ipynb #3becf2b0
 def generate(model:'MDLM',                        # an MDLM adapter (mask_id, forward_kwargs, forward)
@@ -172,19 +206,22 @@ def generate(model:'MDLM',                        # an MDLM adapter (mask_id, fo
              remasking:str='plackett_luce',       # 'plackett_luce' | 'greedy' | 'random'
              pos_temperature:float=0.5,           # tau_pos: Plackett-Luce temperature
              score:str='max_logit',               # 'max_logit' | 'max_logprob' | 'token_logprob'
-             generator:torch.Generator|list|None=None, # randomness, on the model's device (None: randomly seeded); a list: one per equal block of rows
+             generator:torch.Generator|list|None=None, # on the model's device (None: random seed); a list: per block
              progress:bool=False,                 # show a progress bar over the steps
-             stepmerge_segments:int|None=None,    # N: also record StepMerge old log-probs of N segments (no extra passes)
-             cache:str='none'                     # 'none' | 'prefix': the cached policy (`mapg.cache`), each step over its block
+             stepmerge_segments:int|None=None,    # N: also record StepMerge old log-probs, N segments (no extra pass)
+             cache:str='none'                     # 'none' | 'prefix': the cached policy, each step over its block
             )->Rollout:
     "Sample completions by semi-autoregressive probabilistic remasking and record the exact trajectory"
     cfg = GenSettings(gen_length, block_length, steps, temperature, remasking, pos_temperature, score, cache)
-    if stepmerge_segments is not None and not (isinstance(stepmerge_segments, int) and 1 <= stepmerge_segments <= steps):
+    if stepmerge_segments is not None and not (isinstance(stepmerge_segments, int)
+                                               and 1 <= stepmerge_segments <= steps):
         raise ValueError(f"stepmerge_segments={stepmerge_segments!r} must be an integer between 1 and steps={steps}")
     ids, attn, P = _canvas(prompt_ids, attention_mask, gen_length, model.mask_id, model.device)
-    if hasattr(model, 'check_length'): model.check_length(ids.shape[1], gen_length)   # before any forward pass
+    # before any forward pass
+    if hasattr(model, 'check_length'): model.check_length(ids.shape[1], gen_length)
     gen = _check_gen(generator, ids.device, ids.shape[0])
-    with eval_mode(model.model), torch.no_grad():   # not inference_mode: caches a model builds here may later enter a backward pass
+    # not inference_mode: caches a model builds here may later enter a backward pass
+    with eval_mode(model.model), torch.no_grad():
         s = _Sampler(model, ids, attn, P, cfg, gen, stepmerge_segments)
         for t in _progress(range(1, cfg.steps + 1), progress): s.step(t, s.forward(t))
     return s.rollout()
@@ -251,31 +288,57 @@ def _ordered_picks(cands:list, v:dict, k:int, remasking:str, tau:float):
             left.remove(u)
         yield U, lp
 
+# %% ../nbs/05_sampler.ipynb #3rzt6015
+def _traj_logits(model:'MDLM', s:GenSettings, P:int, cache:dict, z:tuple, zb:tuple|None, off:int)->Tensor:
+    "[L, V] float64 logits of the completion of canvas `z` (cache='prefix': rows of the block at `off`), memoized"
+    L, bl = s.gen_length, s.block_length
+    if s.cache == 'none':
+        if z not in cache: cache[z] = model.logits(torch.tensor([z], device=model.device))[0, P:].double()
+        return cache[z]
+    if (zb, z) not in cache:
+        ids = lambda x: torch.tensor([x], device=model.device)
+        lg = cached_logits(model, ids(zb), ids(z), ids(z) >= 0, P + off, bl)[0].double()
+        cache[zb, z] = torch.cat([lg.new_full((off, lg.shape[-1]), math.nan), lg,
+                                  lg.new_full((L - off - bl, lg.shape[-1]), math.nan)])
+    return cache[zb, z]
+
+# %% ../nbs/05_sampler.ipynb #cnrizh3j
+def _traj_support(lg_i:Tensor, temperature:float)->list:
+    "Proposals of one position and their log-probabilities: `[(token, float64 log-prob)]`"
+    if temperature == 0: return [(int(lg_i.argmax()), torch.zeros((), dtype=torch.float64))]
+    lp = torch.log_softmax(lg_i / temperature, 0)
+    return [(x, lp[x]) for x in range(len(lp)) if lp[x] > -math.inf]
+
+# %% ../nbs/05_sampler.ipynb #p0c7yjg7
+def _traj_steps(s:GenSettings, lg:Tensor, E:list, k:int, off:int):
+    "Every way one step can go from logits `lg` with masked positions `E`: `(kept, tokens, float64 log-prob, row)`"
+    lsm = torch.log_softmax(lg, -1)
+    if s.score == 'token_logprob':
+        for choice in product(*[_traj_support(lg[i], s.temperature) for i in E]):
+            prop = {i: x for i, (x, _) in zip(E, choice)}
+            row = [prop.get(i, -1) for i in range(off, off + s.block_length)]
+            v = {i: lsm[i, prop[i]] for i in E}
+            lp_prop = sum((l for _, l in choice), torch.zeros((), dtype=torch.float64))
+            for U, lpu in _ordered_picks(E, v, k, s.remasking, s.pos_temperature):
+                yield U, [prop[u] for u in U], lp_prop + lpu, row
+    else:
+        v = {i: lg[i].max() if s.score == 'max_logit' else lsm[i].max() for i in E}
+        for U, lpu in _ordered_picks(E, v, k, s.remasking, s.pos_temperature):
+            for choice in product(*[_traj_support(lg[u], s.temperature) for u in U]):
+                lp_tok = sum((l for _, l in choice), torch.zeros((), dtype=torch.float64))
+                yield U, [x for x, _ in choice], lpu + lp_tok, []
+
 # %% ../nbs/05_sampler.ipynb #2d893ad5
 def enumerate_trajectories(model:'MDLM',           # an MDLM adapter
                            prompt_ids:Tensor,      # [P] int64 one prompt
                            max_trajectories:int=200_000, # refuse canvases with more trajectories than this
                            **kwargs                # `generate`'s settings (`GenSettings` fields)
                           )->dict:                 # {rollout key: float64 log-probability}
-    "Exact log-probability of every trajectory of `generate` for one prompt, by brute-force enumeration (tiny canvases)"
+    "Exact log-probability of each trajectory of `generate` for one prompt, by brute-force enumeration (tiny canvases)"
     s, P = GenSettings(**kwargs), len(prompt_ids)
     L, bl, mask = s.gen_length, s.block_length, model.mask_id
     out, cache = {}, {}
-
-    def logits(z, zb, off):   # [L, V] float64 logits of the completion (cache='prefix': the rows of the block at `off`)
-        if s.cache == 'none':
-            if z not in cache: cache[z] = model.logits(torch.tensor([z], device=model.device))[0, P:].double()
-            return cache[z]
-        if (zb, z) not in cache:
-            ids = lambda x: torch.tensor([x], device=model.device)
-            lg = cached_logits(model, ids(zb), ids(z), ids(z) >= 0, P + off, bl)[0].double()
-            cache[zb, z] = torch.cat([lg.new_full((off, lg.shape[-1]), math.nan), lg, lg.new_full((L - off - bl, lg.shape[-1]), math.nan)])
-        return cache[zb, z]
-
-    def support(lg_i):   # proposals of one position and their log-probabilities
-        if s.temperature == 0: return [(int(lg_i.argmax()), torch.zeros((), dtype=torch.float64))]
-        lp = torch.log_softmax(lg_i / s.temperature, 0)
-        return [(x, lp[x]) for x in range(len(lp)) if lp[x] > -math.inf]
+    logits = lambda z, zb, off: _traj_logits(model, s, P, cache, z, zb, off)
 
     def walk(t, z, zb, step_of, rank_of, props, lp):
         if len(out) > max_trajectories: raise ValueError(f"more than max_trajectories={max_trajectories} trajectories")
@@ -283,27 +346,15 @@ def enumerate_trajectories(model:'MDLM',           # an MDLM adapter
             out[(tuple(z[P:]), tuple(step_of), tuple(rank_of), tuple(props))] = lp
             return
         off, k = (t - 1) // s.steps_per_block * bl, s.k[t - 1]
-        if (t - 1) % s.steps_per_block == 0: zb = tuple(z)                  # the block's first state
+        # the block's first state
+        if (t - 1) % s.steps_per_block == 0: zb = tuple(z)
         lg = logits(tuple(z), zb, off)
         E = [i for i in range(off, off + bl) if z[P + i] == mask]
-        lsm = torch.log_softmax(lg, -1)
-        def keep(U, toks, lp_new, row):
+        for U, toks, lp_new, row in _traj_steps(s, lg, E, k, off):
             z2, st2, rk2 = list(z), list(step_of), list(rank_of)
             for r_, (u, x) in enumerate(zip(U, toks)): z2[P + u], st2[u], rk2[u] = x, t, r_
             walk(t + 1, z2, zb, st2, rk2, props + row, lp + lp_new)
-        if s.score == 'token_logprob':
-            for choice in product(*[support(lg[i]) for i in E]):
-                prop = {i: x for i, (x, _) in zip(E, choice)}
-                row = [prop.get(i, -1) for i in range(off, off + bl)]
-                v = {i: lsm[i, prop[i]] for i in E}
-                lp_prop = sum((l for _, l in choice), torch.zeros((), dtype=torch.float64))
-                for U, lpu in _ordered_picks(E, v, k, s.remasking, s.pos_temperature):
-                    keep(U, [prop[u] for u in U], lp_prop + lpu, row)
-        else:
-            v = {i: lg[i].max() if s.score == 'max_logit' else lsm[i].max() for i in E}
-            for U, lpu in _ordered_picks(E, v, k, s.remasking, s.pos_temperature):
-                for choice in product(*[support(lg[u]) for u in U]):
-                    keep(U, [x for x, _ in choice], lpu + sum((l for _, l in choice), torch.zeros((), dtype=torch.float64)), [])
 
-    with torch.no_grad(): walk(1, prompt_ids.tolist() + [mask] * L, None, [0] * L, [0] * L, [], torch.zeros((), dtype=torch.float64))
+    with torch.no_grad():
+        walk(1, prompt_ids.tolist() + [mask] * L, None, [0] * L, [0] * L, [], torch.zeros((), dtype=torch.float64))
     return out

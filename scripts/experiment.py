@@ -8,8 +8,8 @@
 Every run is `mapg.train.train` on a toy config with a few fields overridden, paired by RL seed across arms: the
 `sudoku` suites on the toy default (configs/toy_sudoku.yaml, from data/toy/toy_sudoku_pretrained), the `order` suites on
 the order task (configs/toy_order.yaml, from data/toy/toy_order_pretrained). After RL the runner scores
-the policy on the held-out puzzles twice: greedily (`mapg.train.greedy_eval`, the figures the trainer prints: the paper's protocol) and by
-sampling with the rollout settings (`mapg.train.sampled_eval`: the policy RL optimises). Each run's figures, training curves and settings go to
+the policy on the held-out puzzles twice: greedily (`mapg.scoring.greedy_eval`, the figures the trainer prints: the paper's protocol) and by
+sampling with the rollout settings (`mapg.scoring.sampled_eval`: the policy RL optimises). Each run's figures, training curves and settings go to
 RESULTS/<suite>/<arm>_s<seed>.json; a run whose file exists is skipped, so the command resumes where it stopped.
 The `order` suites are a synthetic task on which the decoding order provably matters (`mapg.rewards.order_reward`);
 an `order` run is exactly `accelerate launch scripts/train.py --config configs/toy_order.yaml --seed S` (--pos_weight 0
@@ -67,17 +67,20 @@ def run_args(suite:str, arm:str, seed:int, a)->list:
 def one_run(suite:str, arm:str, seed:int, a)->dict:
     import torch
     torch.set_num_threads(1)
-    import mapg, mapg.train as T
+    import mapg
+    from mapg.config import parse_cfg
+    from mapg.train import train
+    from mapg.scoring import eval_records, greedy_eval
     out = Path(a.work)/suite/f"{arm}_s{seed}"
     shutil.rmtree(out, ignore_errors=True)                      # an unfinished run starts again
     args = run_args(suite, arm, seed, a)
-    run, roll, upd = T.parse_cfg(args)
+    run, roll, upd = parse_cfg(args)
     t0 = time.time()
-    s = T.train(run, roll, upd)
+    s = train(run, roll, upd)
     wall = time.time() - t0
     m = s.pop('model')
-    held = T.eval_records(replace(run, eval_size=a.eval_size), m.tokenizer)   # the held-out set, scored here once after RL
-    greedy = T.greedy_eval(m, held, run.task, roll)
+    held = eval_records(replace(run, eval_size=a.eval_size), m.tokenizer)   # the held-out set, scored here once after RL
+    greedy = greedy_eval(m, held, run.task, roll)
     after_s = sample_metrics(m, held, roll, suite)
     rows = [json.loads(l) for l in (out/'metrics.jsonl').read_text().splitlines() if l.strip()]
     curves = {k: [round(r_[k], 5) for r_ in rows] for k in CURVE_KEYS if k in rows[0]}
@@ -87,19 +90,21 @@ def one_run(suite:str, arm:str, seed:int, a)->dict:
     return res
 
 def sample_metrics(m, held, roll, suite:str)->dict:
-    "Sampled held-out metrics (`mapg.train.sampled_eval`); for the order task also the share decoded in the good order"
-    import mapg.train as T
-    return {k: round(v, 5) for k, v in T.sampled_eval(m, held, 'order' if suite.startswith('order') else 'sudoku', roll).items()}
+    "Sampled held-out metrics (`mapg.scoring.sampled_eval`); for the order task also the share decoded in the good order"
+    from mapg.scoring import sampled_eval
+    return {k: round(v, 5) for k, v in sampled_eval(m, held, 'order' if suite.startswith('order') else 'sudoku', roll).items()}
 
 def before_metrics(suite:str, a)->dict:
     "Sampled held-out metrics of the pretrained start (the same for every arm and seed of a suite)"
     import torch
     torch.set_num_threads(1)
-    import mapg.train as T
-    run, roll, upd = T.parse_cfg(run_args(suite, next(iter(SUITES[suite]['arms'])), 0, a))
-    m = T.load_policy(run, roll, 'cpu')
-    held = T.eval_records(replace(run, eval_size=a.eval_size), m.tokenizer)
-    return dict(suite=suite, eval_size=len(held), greedy_before=T.greedy_eval(m, held, run.task, roll),
+    from mapg.config import parse_cfg
+    from mapg.checkpoints import load_policy
+    from mapg.scoring import eval_records, greedy_eval
+    run, roll, upd = parse_cfg(run_args(suite, next(iter(SUITES[suite]['arms'])), 0, a))
+    m = load_policy(run, roll, 'cpu')
+    held = eval_records(replace(run, eval_size=a.eval_size), m.tokenizer)
+    return dict(suite=suite, eval_size=len(held), greedy_before=greedy_eval(m, held, run.task, roll),
                 sampled_before=sample_metrics(m, held, roll, suite))
 
 def _write(path:Path, obj, indent=None):

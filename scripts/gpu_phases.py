@@ -12,7 +12,8 @@ ZeRO-2 would shard over eight. Settings are those of `configs/llada_gsm8k.yaml`:
 import argparse, json, statistics
 from pathlib import Path
 import torch
-from mapg.models import llada_shaped, add_lora
+from mapg.standins import llada_shaped
+from mapg.models import add_lora
 from mapg.core import make_gen
 from mapg.bench import BenchArgs, run_benchmarks, interleaved, update_backward, _rollout
 from mapg.likelihood import sample_segments

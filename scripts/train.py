@@ -14,7 +14,8 @@ of the current step and prints the command that resumes the run."""
 import json, os, sys
 from pathlib import Path
 from mapg.faults import cli_main
-from mapg.train import parse_cfg, train
+from mapg.config import parse_cfg
+from mapg.train import train
 
 ROOT = Path(__file__).resolve().parent.parent
 ARMS = (('mask_aware_1', 'mask-aware (pos_weight 1)'), ('token_only', 'token-only (pos_weight 0)'))

@@ -2,7 +2,11 @@
 import os, sys, torch
 from pathlib import Path
 from accelerate import Accelerator
-from mapg.train import parse_cfg, train, load_policy, train_records, next_prompts, rollout_stage
+from mapg.config import parse_cfg
+from mapg.train import train
+from mapg.checkpoints import load_policy
+from mapg.scoring import train_records, next_prompts
+from mapg.stages import rollout_stage
 
 out, cache = Path(os.environ['MAPG_TEST_OUT']), os.environ['MAPG_TEST_CACHE']
 root = Path(__file__).resolve().parent.parent

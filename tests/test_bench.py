@@ -51,7 +51,7 @@ def test_counter_and_figure():
 def test_help_documents_every_option():
     "`scripts/bench.py --help` is this parser's help: every field, with its inline comment"
     from dataclasses import fields
-    from mapg.evaluate import docments_parser
+    from mapg.config import docments_parser
     text = ' '.join(docments_parser(BenchArgs, config=False).format_help().split())
     for f in fields(BenchArgs): assert f"--{f.name}" in text, f.name
     assert "K: segments per inner update" in text and text.count('(default:') >= len(fields(BenchArgs))

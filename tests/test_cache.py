@@ -4,7 +4,8 @@ import math, sys
 from pathlib import Path
 import pytest, torch, torch.nn.functional as F
 from mapg.core import Tok, toy_model
-from mapg.models import MDLM, load_model, tiny_llada, add_lora
+from mapg.models import MDLM, load_model, add_lora
+from mapg.standins import tiny_llada
 from mapg.cache import PrefixCache, cached_logits
 sys.path.insert(0, str(Path(__file__).parent))
 from test_sampler import chisquare_pooled
@@ -231,7 +232,8 @@ def test_lora_wrapped(kind):
 def test_train_with_cache_prefix(tmp_path):
     "`--cache prefix` (with activation checkpointing, as the recipes run) reaches the rollouts and the update: the saved rollouts carry it, first ratios are 1"
     import json
-    from mapg.train import parse_cfg, train
+    from mapg.config import parse_cfg
+    from mapg.train import train
     from test_train import TINY
     out = tmp_path/'run'
     train(*parse_cfg([*TINY, '--output_dir', str(out), '--toy_cache', str(tmp_path/'toy'), '--no_progress', '--save_rollouts', 'true',

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest, torch
 from torch import Tensor
 from mapg.device import device_guard, DeviceMixError, vdevice
-from mapg.train import parse_cfg, train
+from mapg.config import parse_cfg
+from mapg.train import train
 from test_train import TINY
 from upstream import tiny_checkpoint
 
@@ -81,7 +82,8 @@ def test_resume_replay_report_and_evaluation(tmp_path, cache):
 @pytest.mark.parametrize('task', ['gsm8k', 'math', 'humaneval', 'countdown', 'sudoku'])
 def test_every_paper_task_evaluates(tmp_path, task):
     "The paper's evaluation protocol (prompts, generation, answer reading, rewards) with the model on the device"
-    from mapg.evaluate import EvalArgs, Cell, load_for_eval, eval_cell, read_items, _records
+    from mapg.eval_args import EvalArgs, Cell
+    from mapg.evaluate import load_for_eval, eval_cell, read_items, _records
     path = tiny_checkpoint('llada', 'standin', hidden=16, heads=2)
     a = EvalArgs(model=str(path), tasks=[task], lengths=[16], steps=8, limit=2, batch_size=2, dtype='float32',
                  max_prompt_len=16, reward_workers=1, progress=False)
@@ -112,7 +114,8 @@ def test_benchmarks_run_on_the_device():
 # --- the guard fails when any function on the training path returns its tensors on the CPU ---------------------------------
 
 MODULES = ['mapg.core', 'mapg.plackett_luce', 'mapg.policy', 'mapg.sampler', 'mapg.likelihood', 'mapg.objectives', 'mapg.models',
-           'mapg.rewards', 'mapg.data', 'mapg.train']
+           'mapg.families', 'mapg.compat', 'mapg.standins', 'mapg.rewards', 'mapg.data', 'mapg.config', 'mapg.checkpoints',
+           'mapg.toy', 'mapg.scoring', 'mapg.stages', 'mapg.engine', 'mapg.train']
 
 def _functions()->dict:
     "{function: [(module, name), ...]}: every public function of the training path's modules, and every module that holds it"

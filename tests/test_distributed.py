@@ -8,7 +8,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from safetensors.torch import load_file
 
 pytest.importorskip('deepspeed', reason='DeepSpeed is a dev dependency (pip install -e ".[dev]")')
-from mapg.train import parse_cfg, train
+from mapg.config import parse_cfg
+from mapg.train import train
 from conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

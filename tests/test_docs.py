@@ -27,12 +27,12 @@ SHOT_PAGES = {'index.ipynb': 'index.png', '01_mdp.ipynb': 'reference_mdp.png', '
 RAW_TABLES_KNOWN = {}
 # Every exported record, with the notebook whose page must document its fields one by one.
 RECORDS = {'mapg.core.Tok': '00_core', 'mapg.policy.GenSettings': '04_policy', 'mapg.sampler.Rollout': '05_sampler',
-           'mapg.models.Family': '03_models', 'mapg.sandbox.SandboxCfg': '08_sandbox', 'mapg.data.DataSpec': '11_data',
+           'mapg.families.Family': '03_families', 'mapg.sandbox.SandboxCfg': '08_sandbox', 'mapg.data.DataSpec': '11_data',
            'mapg.mdp.TinyMDP': '01_mdp', 'mapg.mdp.Step': '01_mdp', 'mapg.mdp.Trajectory': '01_mdp',
-           'mapg.likelihood.LogProbs': '06_likelihood', 'mapg.train.RunCfg': '12_train', 'mapg.train.RolloutCfg': '12_train',
-           'mapg.train.UpdateCfg': '12_train', 'mapg.train.Batch': '12_train',
-           'mapg.evaluate.PaperTable': '13_evaluate', 'mapg.evaluate.EvalArgs': '13_evaluate', 'mapg.evaluate.Cell': '13_evaluate',
-           'mapg.bench.Figure': '14_bench', 'mapg.bench.BenchArgs': '14_bench', 'mapg.evaluate.Fix': '13_evaluate',
+           'mapg.likelihood.LogProbs': '06_likelihood', 'mapg.config.RunCfg': '12_config', 'mapg.config.RolloutCfg': '12_config',
+           'mapg.config.UpdateCfg': '12_config', 'mapg.stages.Batch': '12c_stages',
+           'mapg.paper.PaperTable': '13_paper', 'mapg.eval_args.EvalArgs': '13c_eval_args', 'mapg.eval_args.Cell': '13c_eval_args',
+           'mapg.bench.Figure': '14_bench', 'mapg.bench.BenchArgs': '14_bench', 'mapg.eval_protocol.Fix': '13a_eval_protocol',
            'mapg.sandbox.RunResult': '08_sandbox'}
 
 def _cells(nb_path, kinds=('markdown',)):
@@ -95,16 +95,21 @@ def _sections():
     sb = yaml.safe_load((NBS_DIR/'sidebar.yml').read_text())['website']['sidebar']['contents']
     return {s['section']: s['contents'] for s in sb if isinstance(s, dict) and 'section' in s}
 
+def _flat(entries:list)->list:
+    "The entries of a sidebar section, with its sub-sections (a room's notebooks) opened"
+    return [x for e in entries for x in (_flat(e['contents']) if isinstance(e, dict) and 'section' in e else [e])]
+
 def test_sidebar():
     "Get started, Tutorials, Explanations, Reference; every numbered notebook is in Reference; every link resolves"
     sections = _sections()
     assert list(sections)[:4] == ['Get started', 'Tutorials', 'Explanations', 'Reference']
-    globs = [e['auto'] for e in sections['Reference'] if isinstance(e, dict) and 'auto' in e]
-    files = [e if isinstance(e, str) else e.get('href', '') for e in sections['Reference']]
+    ref = _flat(sections['Reference'])
+    globs = [e['auto'] for e in ref if isinstance(e, dict) and 'auto' in e]
+    files = [e if isinstance(e, str) else e.get('href', '') for e in ref]
     for nb in NBS:
         if re.match(r'\d\d', nb.name): assert nb.name in files or any(fnmatch(nb.name, g) for g in globs), nb.name
     for sec in sections.values():
-        for e in sec:
+        for e in _flat(sec):
             href = e if isinstance(e, str) else e.get('href')
             if not href: continue
             path, _, frag = href.partition('#')

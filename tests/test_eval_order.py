@@ -5,7 +5,8 @@ samples decoded in the good order, to the last bit. Every refusal on these paths
 import json, subprocess, sys
 from pathlib import Path
 import pytest, torch
-from mapg.evaluate import EvalArgs, resolve, results_figure, SAMPLED_KEYS
+from mapg.eval_args import EvalArgs, resolve
+from mapg.eval_results import results_figure, SAMPLED_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED = ROOT/'data'/'toy'/'toy_order_pretrained'

@@ -1,12 +1,13 @@
-"""The paper protocol's answer readers (`mapg.evaluate.read_*`) on hand-written completions, family by family.
+"""The paper protocol's answer readers (`mapg.eval_protocol.read_*`) on hand-written completions, family by family.
 
 Each family is one way a model writes (or breaks) the format its evaluation prompt asks for, instantiated over many
 answers. Its expectations are written by hand, per family, from d1's evaluation rules (`fixes=()`: what d1's
 `eval/parse_and_get_acc.py` reads) and from the documented corrections (the default: the table's reading), never
 computed by the readers themselves."""
 import pytest
-from mapg.evaluate import (read_gsm8k, read_math, read_countdown, read_sudoku, FIXES, paper_messages, paper_records,
-                           summarize, PREFILL, GSM8K_SYSTEM, MATH_SYSTEM, COUNTDOWN_SYSTEM)
+from mapg.eval_protocol import (read_gsm8k, read_math, read_countdown, read_sudoku, FIXES, paper_messages,
+    paper_records, PREFILL, GSM8K_SYSTEM, MATH_SYSTEM, COUNTDOWN_SYSTEM)
+from mapg.eval_results import summarize
 
 EOS = "<|eot_id|><|endoftext|><|endoftext|>"
 R = "<reasoning>\nLet me work it out step by step.\n</reasoning>\n"
@@ -240,11 +241,11 @@ def test_sudoku_pooled_not_averaged():
 
 # ---------------------------------------------------------------- prompts and rules
 def test_every_rule_changes_its_example_alone():
-    from mapg.evaluate import read
+    from mapg.eval_protocol import read_answer
     for name, f in FIXES.items():
         task, text, gold = f.example
         key = 'right' if task == 'sudoku' else 'correct'
-        assert read(task, text, (), **gold)[key] != read(task, text, (name,), **gold)[key] == read(task, text, **gold)[key], name
+        assert read_answer(task, text, (), **gold)[key] != read_answer(task, text, (name,), **gold)[key] == read_answer(task, text, **gold)[key], name
 
 def test_prompts_word_for_word():
     "The instructions as d1's evaluation files write them (their exact characters, the stray ones included)"
@@ -282,7 +283,7 @@ def test_readers_never_raise(fixes):
 
 
 def test_paper_score_keeps_both_readings():
-    from mapg.evaluate import paper_score
+    from mapg.eval_protocol import paper_score
     s = paper_score('gsm8k', "<answer>\\boxed{43,500}</answer><|eot_id|><|endoftext|>", dict(answer='43,500'))
     assert s['paper'] == dict(answer=43500., correct=True) and s['d1'] == dict(answer=43., correct=False)
     assert s['metrics'] == dict(accuracy=1., d1=0., differs=1.)

@@ -4,8 +4,9 @@ run), to the last bit; the CPU accelerate configs launch without accelerate's "v
 import json, os, subprocess, sys
 from pathlib import Path
 import pytest, torch
-from mapg.evaluate import EvalArgs, evaluate, resolve, trainer_config
-from mapg.train import toy_sudoku
+from mapg.eval_args import EvalArgs, resolve, trainer_config
+from mapg.evaluate import evaluate
+from mapg.toy import toy_sudoku
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED = ROOT/'data'/'toy'/'toy_sudoku_pretrained'
@@ -55,7 +56,7 @@ def test_run_dir_has_the_base_models_row(run, tmp_path):
     assert "base: " + ', '.join(f"{k} {v:.3f}" for k, v in summary['before'].items()) in p.stdout
     html = (tmp_path/'results.html').read_text()
     assert 'mapg, trainer protocol: base (toy_sudoku_pretrained)' in html and 'mapg, trainer protocol: checkpoint-2' in html
-    from mapg.evaluate import results_figure
+    from mapg.eval_results import results_figure
     fig = results_figure(res)
     assert [d.name for d in fig.data] == ['mapg, trainer protocol: base (toy_sudoku_pretrained)', 'mapg, trainer protocol: checkpoint-2']
     assert list(fig.data[0].y) == [base['cells']['sudoku_L16_b16']['accuracy']]
@@ -123,7 +124,7 @@ def test_cpu_launch_configs_are_quiet(cfg, tmp_path):
 
 def test_lora_toy_run_goes_on_the_pretrained_toy(tmp_path):
     "A toy run with LoRA: its adapter is evaluated on the pretrained toy it was trained from (the shipped one at the default's sizes)"
-    from mapg.train import parse_cfg, resolved_config
+    from mapg.config import parse_cfg, resolved_config
     cfg = resolved_config(*parse_cfg(['--config', str(ROOT/'configs'/'toy_sudoku.yaml'), '--lora_r', '4']))
     ck = tmp_path/'run'/'checkpoint-3'
     (ck/'adapter').mkdir(parents=True)

@@ -3,7 +3,11 @@ import json, os, shutil, subprocess, sys
 from pathlib import Path
 import pytest, torch
 import mapg.evaluate as ev
-from mapg.evaluate import EvalArgs, evaluate, read_items, PUBLISHED, PAPER_TASKS, PREFILL
+from mapg.eval_args import EvalArgs, eval_checkpoints
+from mapg.evaluate import evaluate, read_items
+from mapg.paper import PUBLISHED
+from mapg.eval_results import Results, markdown_tables, write_results
+from mapg.eval_protocol import PAPER_TASKS, PREFILL
 from conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +67,7 @@ def test_files_written_and_parsable(run):
 
 def test_chart(run, tmp_path):
     _, res = run
-    ev.write_results(res, tmp_path, plot=True)
+    write_results(res, tmp_path, plot=True)
     html = (tmp_path/'results.html').read_text()
     assert 'plotly' in html.lower() and 'mapg, paper protocol: base' in html
 
@@ -258,13 +262,13 @@ def test_run_directory_with_only_incomplete_checkpoints(tmp_path):
     from mapg.core import save_toy
     save_toy(tmp_path/'run'/'checkpoint-5'/'model', seed=1)
     with pytest.raises(FileNotFoundError, match='no complete checkpoint'):
-        ev.find_checkpoints(tmp_path/'run')
+        eval_checkpoints(tmp_path/'run')
 
 def test_rows_follow_the_model_kind_not_the_name(run):
     "A directory named 'dream-...' holding LLaDA still gets LLaDA's rows; the kind comes from the results (config.json)"
     _, res = run
-    md = ev.markdown_tables(ev.Results(res, base='dream-finetune', model_kind='llada'))
+    md = markdown_tables(Results(res, base='dream-finetune', model_kind='llada'))
     assert '## Table 1 (main_results)' in md and '## Table 4 (dream)' not in md
-    md = ev.markdown_tables(ev.Results(res, model_kind='dream'))
+    md = markdown_tables(Results(res, model_kind='dream'))
     assert '## Table 4 (dream)' in md and 'SPG results are obtained by running their publicly available code.' in md
     assert '## Other cells' in md and 'HumanEval 32 b32' in md     # no Dream table holds code: placed, not dropped

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import mapg.faults as F
 from mapg.faults import *
+from mapg.inputs import *
 from mapg.faults import MARKER
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,8 +265,8 @@ def test_a_nan_loss_skips_the_step_and_the_weights_stay_finite():
 # ---------------------------------------------------------------- YAML values checked as the command line checks them
 
 def _train_cfgs()->tuple:
-    "RunCfg, RolloutCfg and UpdateCfg with the field names and annotation strings of mapg/train.py (read, not imported: fast)"
-    tree = ast.parse((ROOT/'mapg'/'train.py').read_text())
+    "RunCfg, RolloutCfg and UpdateCfg with the field names and annotation strings of mapg/config.py (read, not imported: fast)"
+    tree = ast.parse((ROOT/'mapg'/'config.py').read_text())
     out = []
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name in ('RunCfg', 'RolloutCfg', 'UpdateCfg'):

@@ -2,8 +2,9 @@
 import importlib.util, re
 import pytest, torch, transformers
 from mapg.core import toy_tokenizer, save_toy, make_gen
-from mapg.models import (MDLM, FAMILIES, load_model, add_lora, lora_target_names, lora_regex, tiny_llada, tiny_dream,
-                         llada_shaped)
+from mapg.models import MDLM, load_model, add_lora
+from mapg.families import FAMILIES, lora_target_names, lora_regex
+from mapg.standins import tiny_llada, tiny_dream, llada_shaped
 from mapg.core import seeded
 
 def finite_close(a, b, atol):

@@ -6,10 +6,11 @@ import pytest, torch, transformers
 from packaging.specifiers import SpecifierSet
 from transformers import PreTrainedModel
 from mapg.core import Tok, make_gen, save_toy, toy_tokenizer
-import mapg.models as mm
-from mapg.models import (MDLM, TRANSFORMERS_RANGE, ROPE_INIT_FUNCTIONS, add_lora, check_rotary, check_transformers,
-                         infer_kind, kind_from_config, llada_shaped, load_model, save_standin, tiny_dream, tiny_llada,
-                         toy_model)
+import mapg.standins as ms
+from mapg.models import MDLM, add_lora, infer_kind, kind_from_config, load_model
+from mapg.compat import TRANSFORMERS_RANGE, ROPE_INIT_FUNCTIONS, check_rotary, check_transformers
+from mapg.standins import llada_shaped, save_standin, tiny_dream, tiny_llada
+from mapg.core import toy_model
 
 def finite_close(a, b, atol):
     a, b = a.detach().float(), b.detach().float()
@@ -96,11 +97,11 @@ def test_dream_rotary_quirks(saved, monkeypatch):
     check_rotary(tiny_dream(0).model)                               # its rotary table is the one its config defines
     assert 'default' not in ROPE_INIT_FUNCTIONS                   # 'default' is put back only while the model is built
     monkeypatch.undo()
-    class Uninitialised(mm._DreamRotary):                          # a rotary buffer that loading never fills
+    class Uninitialised(ms._DreamRotary):                          # a rotary buffer that loading never fills
         def __init__(self, config, device=None):
             super().__init__(config, device)
             self.inv_freq = torch.empty_like(self.inv_freq).fill_(7.)
-    monkeypatch.setattr(mm, '_DreamRotary', Uninitialised)
+    monkeypatch.setattr(ms, '_DreamRotary', Uninitialised)
     with pytest.raises(RuntimeError, match=r'model\.rotary_emb\.inv_freq. .*never initialised'): load_model(saved['dream'], device='cpu')
 
 def test_rotary_check_passes_on_correct_models():

@@ -1,4 +1,4 @@
-"""What `load_model` adapts in the real remote code of LLaDA and Dream under transformers 5 (the table in the models page,
+"""What `load_model` adapts in the real remote code of LLaDA and Dream under transformers 5 (the table in the compat page,
 *Versions*), each change checked on a tiny checkpoint built from that code (`tests/upstream.py`), and the adapted models
 giving the logits the unadapted code gives under transformers 4.57. CI runs this file in its second leg, with a
 transformers 5 overlay in front of the dev environment (`.ci/run`); the 4.57 reference runs in a subprocess without the
@@ -8,7 +8,8 @@ import pytest, torch, transformers
 from safetensors.torch import load_file
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from upstream import tiny_checkpoint, UPSTREAM, KINDS
-from mapg.models import load_model, check_rotary
+from mapg.models import load_model
+from mapg.compat import check_rotary
 
 pytestmark = pytest.mark.skipif(int(transformers.__version__.split('.')[0]) < 5,
                                 reason=f"runs under transformers 5 (CI's second leg); installed: {transformers.__version__}")

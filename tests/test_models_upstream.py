@@ -6,7 +6,8 @@ import json, math
 import pytest, torch, transformers
 from upstream import tiny_checkpoint, UPSTREAM, KINDS, SOURCES
 from mapg.core import make_gen, eval_mode
-from mapg.models import load_model, checkpoint_errors, LLADA_TOKENS, DREAM_TOKENS
+from mapg.models import load_model, checkpoint_errors
+from mapg.standins import LLADA_TOKENS, DREAM_TOKENS
 from mapg.sampler import generate
 from mapg.likelihood import exact_log_probs
 

@@ -7,7 +7,9 @@ the default command again and compares every figure."""
 import json, os, re, shlex, subprocess, sys
 from pathlib import Path
 import pytest
-from mapg.train import parse_cfg, resolved_config, load_policy, eval_records, greedy_eval
+from mapg.config import parse_cfg, resolved_config
+from mapg.checkpoints import load_policy
+from mapg.scoring import eval_records, greedy_eval
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT/'nbs'/'tutorials'/'toy_run'

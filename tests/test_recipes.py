@@ -8,7 +8,8 @@ import json, os, subprocess, sys
 from pathlib import Path
 import pytest, torch
 from upstream import tiny_checkpoint
-from mapg.train import parse_cfg, train
+from mapg.config import parse_cfg
+from mapg.train import train
 from mapg.device import device_guard
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,7 +83,7 @@ def test_recipe_on_standin(tmp_path, name):
 def test_one_gpu_flags_keep_the_recipe(name):
     "On one process, the flags `validate` suggests (and the README shows) divide, keep 48 completions per step and 3 sequences per forward"
     from mapg.faults import ConfigError
-    from mapg.train import validate
+    from mapg.config import validate
     run, roll, upd = parse_cfg(['--config', str(ROOT/'configs'/name)])
     assert roll.per_device_batch * 8 * upd.grad_accum == 48
     with pytest.raises(ConfigError, match='--per_device_batch 6 --grad_accum 8 --micro_batch 36') as e: validate(run, roll, upd, 1)

@@ -8,7 +8,9 @@ from mapg.core import Tok, make_gen, sharp_toy
 from mapg.models import MDLM
 from mapg.policy import REMASKING, SCORES
 from mapg.sampler import generate, _Sampler
-from mapg.train import parse_cfg, train, rollout_stage, cycle_gens
+from mapg.config import parse_cfg
+from mapg.train import train
+from mapg.stages import rollout_stage, cycle_gens
 from test_train import TINY
 
 @pytest.fixture(scope='module')

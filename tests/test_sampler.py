@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest, torch
 from scipy import stats
 from mapg.core import Tok, toy_model, toy_tokenizer, make_gen, sharp_toy
-from mapg.models import MDLM, tiny_dream, tiny_llada, llada_shaped
+from mapg.models import MDLM
+from mapg.standins import tiny_dream, tiny_llada, llada_shaped
 from mapg.policy import REMASKING, SCORES, GenSettings, unmask_scores
 from mapg.sampler import generate, enumerate_trajectories, rollout_keys
 from mapg.plackett_luce import pl_log_prob

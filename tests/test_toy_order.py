@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 from mapg.faults import ConfigError
 from mapg.rewards import order_reward, order_solution, score_batch, task_metrics
-from mapg.train import parse_cfg, pretrained_toy, toy_order, validate, train_records, eval_records
+from mapg.config import parse_cfg, validate
+from mapg.toy import pretrained_toy, toy_order
+from mapg.scoring import train_records, eval_records
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT/'configs'/'toy_order.yaml'

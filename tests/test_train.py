@@ -4,7 +4,8 @@ import json, math, os, subprocess, sys
 from pathlib import Path
 import pytest, torch
 from mapg.models import MDLM
-from mapg.train import parse_cfg, train
+from mapg.config import parse_cfg
+from mapg.train import train
 from conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

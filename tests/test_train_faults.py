@@ -4,9 +4,10 @@ inputs each refused in one line before any model is loaded."""
 import json, math, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest, torch
-import mapg.train as T
 from mapg.faults import cli_main, latest_checkpoint, verify, NonFiniteError
-from mapg.train import parse_cfg, train
+from mapg.config import parse_cfg
+from mapg.train import train
+from mapg.checkpoints import load_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT/'scripts'/'train.py'
@@ -128,12 +129,13 @@ def test_second_run_into_one_folder_is_refused(tmp_path, cache):
         a.kill(); a.communicate()
 
 def test_nonfinite_rewards_score_zero(tmp_path, cache, monkeypatch):
-    real = T.score_completions
+    import mapg.stages as S
+    real = S.score_completions
     def nan_some(task, texts, records, workers=1):
         rew, parts, mets = real(task, texts, records, workers)
         rew = rew.clone(); rew[::3] = float('nan')
         return rew, parts, mets
-    monkeypatch.setattr(T, 'score_completions', nan_some)
+    monkeypatch.setattr(S, 'score_completions', nan_some)
     s = train(*parse_cfg(['--config', str(ROOT/'configs'/'toy_sudoku.yaml'), *args(tmp_path/'run', cache, '--max_steps', '2', '--save_steps', '1')]))
     rs = rows(tmp_path/'run')
     assert all(r['reward_nonfinite'] == pytest.approx(3 / 8) and math.isfinite(r['reward']) and r['skipped'] == 0 for r in rs)
@@ -141,7 +143,8 @@ def test_nonfinite_rewards_score_zero(tmp_path, cache, monkeypatch):
 
 def test_nonfinite_loss_skips_the_step_and_stops_the_run(tmp_path, cache, monkeypatch):
     from mapg import objectives
-    real = T.get_loss
+    import mapg.stages as S
+    real = S.get_loss
     def nan_loss(name):
         f = real(name)
         def g(*a, **k):
@@ -149,8 +152,8 @@ def test_nonfinite_loss_skips_the_step_and_stops_the_run(tmp_path, cache, monkey
             return loss * float('nan'), {**met, 'loss': float('nan')}
         return g
     run, roll, upd = parse_cfg(['--config', str(ROOT/'configs'/'toy_sudoku.yaml'), *args(tmp_path/'run', cache, '--max_steps', '6', '--save_steps', '1')])
-    before = {n: p.detach().clone() for n, p in T.load_policy(run, roll, 'cpu').model.named_parameters()}
-    monkeypatch.setattr(T, 'get_loss', nan_loss)
+    before = {n: p.detach().clone() for n, p in load_policy(run, roll, 'cpu').model.named_parameters()}
+    monkeypatch.setattr(S, 'get_loss', nan_loss)
     with pytest.raises(NonFiniteError, match='3 consecutive optimizer steps skipped'): train(run, roll, upd)
     rs = rows(tmp_path/'run')
     assert [r['skipped'] for r in rs] == [1, 1, 1] and rs[-1]['skipped_total'] == 3
@@ -222,8 +225,8 @@ BAD = [  # (field named, reason fragment, command-line arguments or a function o
 
 @pytest.mark.parametrize('field,reason,extra', BAD, ids=[f"{i}-{b[0]}" for i, b in enumerate(BAD)])
 def test_bad_input_one_line_before_any_model_load(tmp_path, cache, monkeypatch, capsys, field, reason, extra):
-    from mapg import models
-    monkeypatch.setattr(T, 'load_model', lambda *a, **k: pytest.fail('a model was loaded'))
+    from mapg import models, checkpoints
+    monkeypatch.setattr(checkpoints, 'load_model', lambda *a, **k: pytest.fail('a model was loaded'))
     monkeypatch.setattr(models.MDLM, 'forward', lambda *a, **k: pytest.fail('a forward pass ran'))
     out = tmp_path/'out'
     extra = extra(tmp_path) if callable(extra) else extra

@@ -1,7 +1,7 @@
 """Tiny LLaDA and Dream checkpoints for tests, built once per test session in a temporary folder.
 
 - `real`: from the unmodified remote code of LLaDA-8B-Instruct and Dream-7B (`UPSTREAM`: `$MAPG_UPSTREAM`, else
-  `<repo>/../shared/upstream_models`), through `mapg.models.tiny_remote_checkpoint`: real config fields, vocabularies,
+  `<repo>/../shared/upstream_models`), through `mapg.standins.tiny_remote_checkpoint`: real config fields, vocabularies,
   special ids and a tokenizer stand-in, small width and depth. Where the folder is absent (a user's machine) the test
   that asks for one is skipped, with one line saying why.
 - `standin`: mapg's own stand-ins (`tiny_llada`, `tiny_dream`) saved as remote-code checkpoints with the same tokenizer
@@ -36,7 +36,7 @@ def tiny_checkpoint(kind:str,          # 'llada' | 'dream'
                     **sizes            # hidden, layers, heads, max_positions (LLaDA's max_sequence_length / Dream's positions), seed
                    )->Path:
     "Path of a tiny random checkpoint of `kind`, built on first use and cached for the session"
-    from mapg.models import tiny_remote_checkpoint, save_standin, tiny_llada, tiny_dream
+    from mapg.standins import tiny_remote_checkpoint, save_standin, tiny_llada, tiny_dream
     if kind not in KINDS or source not in SOURCES: raise ValueError(f"kind in {KINDS}, source in {SOURCES}; got {kind!r}, {source!r}")
     bad = set(sizes) - set(SIZES)
     if bad: raise TypeError(f"unknown sizes {sorted(bad)}: expected {sorted(SIZES)}")

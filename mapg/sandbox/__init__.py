@@ -11,9 +11,11 @@ from typing import Iterable
 from .protocol import _sbx_enc, _sbx_dec, _sbx_codec, _sbx_serve, _parse_results
 from .filter import _sbx_syscalls, _sbx_seccomp
 from .jail import _sbx_unshare, _sbx_root, _sbx_fs, _sbx_isolate, _sbx_outer, _sbx_init
-from .judge import _PURE, _jdg_names, _jdg_errors, _jdg_link, _jdg_tb, _jdg_hello, _jdg_namespace, _jdg_cases, _jdg_main
+from .judge import _PURE, _jdg_names, _jdg_errors, _jdg_link, _jdg_tb, _jdg_hello, _jdg_namespace
+from .judge import _jdg_cases, _jdg_main
 from .child import _sbx_main, _child_source
-from .host import _UidPool, _UIDS, _proc_uids, _kill_uid, _exited, _wait_exit, _env, _spawn, _rmtree, _quietly
+from .host import _UidPool, _UIDS, _proc_uids, _kill_uid, _exited, _wait_exit, _env, _spawn, _rmtree
+from .host import _quietly
 from .host import _memcg_dirs, _memcg_root, _memcg_make, _memcg_join, _memcg_drop, _site_dirs
 
 # %% auto #0
@@ -25,7 +27,7 @@ class SandboxCfg:
     "Resource limits and isolation switches for one sandboxed run"
     timeout:float=10.           # wall-clock seconds for the whole run (program and all its tests)
     cpu:float|None=None         # CPU seconds per process (None: `timeout`)
-    memory:int=1<<30            # address-space bytes per process (RLIMIT_AS); the run's total where a memory cgroup exists
+    memory:int=1<<30            # address-space bytes per process (RLIMIT_AS); the run's total with a memory cgroup
     nproc:int=8                 # processes (and threads) the sandbox uid may hold at once (RLIMIT_NPROC)
     fsize:int=16<<20            # largest file the program may write, its output included (RLIMIT_FSIZE)
     disk:int=64<<20             # bytes the private work dir (a tmpfs) may hold in all
@@ -67,14 +69,15 @@ class RunResult:
         return sum(self.passed) / len(self.passed) if self.passed else 0.
 
 # %% ../../nbs/08_sandbox.ipynb #b58696fa
-def _read_results(r, pid, deadline, tok, cap=1 << 20):
+def _read_results(r, pid, deadline, secret, cap=1 << 20):
     "Read the result pipe until the end marker, EOF or `deadline`; returns `(bytes, timed_out)`"
-    buf, end = b'', f'{tok} E\n'.encode()
+    buf, end = b'', f'{secret} E\n'.encode()
     while True:
         left = deadline - time.monotonic()
         if left <= 0: return buf, True
         if not select.select([r], [], [], min(left, 0.05))[0]:
-            if _exited(pid): return buf, False     # exited, while a leftover grandchild still holds the pipe
+            # exited, while a leftover grandchild still holds the pipe
+            if _exited(pid): return buf, False
             continue
         chunk = os.read(r, 65536)
         if not chunk or len(buf) >= cap: return buf, False
@@ -82,16 +85,18 @@ def _read_results(r, pid, deadline, tok, cap=1 << 20):
         if buf.endswith(end): return buf, False
 
 # %% ../../nbs/08_sandbox.ipynb #e8b658bb
-_log = logging.getLogger(__name__)
+_sbx_log = logging.getLogger(__name__)
 _WARNED = set()
 
+# %% ../../nbs/08_sandbox.ipynb #mfme90gl
 def _warn_once(what:str, msg:str):
     "Warn (once per process for each `what`) that the sandbox runs without a kernel feature"
     if what in _WARNED: return
     _WARNED.add(what)
     warnings.warn(msg, RuntimeWarning, stacklevel=3)
-    _log.warning(msg)
+    _sbx_log.warning(msg)
 
+# %% ../../nbs/08_sandbox.ipynb #19o8enb6
 _FEATURES = dict(mountns='a private mount namespace (unshare CLONE_NEWNS)', pidns='a PID namespace (CLONE_NEWPID)',
                  ipcns='an IPC namespace (CLONE_NEWIPC)', netns='a network namespace (CLONE_NEWNET)',
                  minimal_root='a minimal read-only root (tmpfs + bind mounts + chroot)',
@@ -100,36 +105,45 @@ _FEATURES = dict(mountns='a private mount namespace (unshare CLONE_NEWNS)', pidn
                  memcg='a per-run memory cgroup (root, and cgroup v2 with the memory controller delegated or the v1 '
                        'memory hierarchy; without it SysV memory is bounded by the IPC namespace and memfd is denied)')
 
+# %% ../../nbs/08_sandbox.ipynb #61wlo7d4
 def _check_isolation(iso:dict, cfg:SandboxCfg):
     "Warn once for every isolation feature this platform did not give the run"
     if not cfg.namespaces or not iso: return
     for k, what in _FEATURES.items():
         if not iso.get(k):
             extra = f" ({iso['root_error']})" if k == 'minimal_root' and iso.get('root_error') else ''
-            _warn_once(k, f"mapg.sandbox: running without {what}{extra}: the kernel or the container does not allow it")
+            _warn_once(k, f"mapg.sandbox: running without {what}{extra}: "
+                          "the kernel or the container does not allow it")
 
 # %% ../../nbs/08_sandbox.ipynb #999d349d
-def _limits(cfg:SandboxCfg, tok:str)->dict:
+def _limits(cfg:SandboxCfg, secret:str)->dict:
     "What both children of a run take from `cfg` (the judge then sets most limits of its own)"
-    return dict(fsize=cfg.fsize, nofile=cfg.nofile, nproc=cfg.nproc, namespaces=cfg.namespaces, cpu=cfg.cpu or cfg.timeout,
-                case_timeout=cfg.case_timeout, max_value=cfg.max_value, value_memory=cfg.memory, token=tok)
+    return dict(fsize=cfg.fsize, nofile=cfg.nofile, nproc=cfg.nproc, namespaces=cfg.namespaces,
+                cpu=cfg.cpu or cfg.timeout,
+                case_timeout=cfg.case_timeout, max_value=cfg.max_value, value_memory=cfg.memory, token=secret)
 
+# %% ../../nbs/08_sandbox.ipynb #sbdkyxfa
 def _judge_job(cfg, lim, tests, imports, helpers, entry_point, uid, work, fds)->dict:
-    "The judge's job: the same confinement, its own uid and work dir, the site-packages read-only (tests import pytest)"
+    "The judge's job: the same confinement, its own uid and work dir, site-packages read-only (tests import pytest)"
     out, req, resp, life = fds
-    return dict(lim, mode='judge', out=out, req=req, resp=resp, life=life, tests=tests, imports=imports, helpers=helpers,
-                entry_point=entry_point, names=_jdg_names(tests), path=_site_dirs(), ro=_site_dirs(), uid=uid, work=work,
+    return dict(lim, mode='judge', out=out, req=req, resp=resp, life=life, tests=tests, imports=imports,
+                helpers=helpers,
+                entry_point=entry_point, names=_jdg_names(tests), path=_site_dirs(), ro=_site_dirs(), uid=uid,
+                work=work,
                 memory=max(cfg.memory, 2 << 30), disk=8 << 20, inodes=256, cpu=cfg.timeout, nproc=8, nofile=256,
-                fsize=16 << 20)   # its own limits: the program's never bind it
+                # its own limits: the program's never bind it
+                fsize=16 << 20)
 
+# %% ../../nbs/08_sandbox.ipynb #il1i5ne4
 def _reap(procs):
-    "Give each child a second to exit, then kill its process group and reap it (the group id stays reserved until then)"
+    "Give each child a second to exit, then kill its process group and reap it (its group id stays reserved till then)"
     for q in procs:
         if q is None: continue
         _quietly(_wait_exit, q.pid, time.monotonic() + 1.)
         _quietly(os.killpg, q.pid, signal.SIGKILL)
         _quietly(q.wait)
 
+# %% ../../nbs/08_sandbox.ipynb #t5m6r39v
 def _free_uids(runs):
     "Each `(uid, child, its isolation)` back to the pool, after a `/proc` sweep where no PID namespace ended it all"
     for u, q, iso in runs:
@@ -137,6 +151,7 @@ def _free_uids(runs):
         if not iso.get('pidns'): _quietly(_kill_uid, u, q.pid if q else 0, 20, _UIDS)
         _UIDS.put(u)
 
+# %% ../../nbs/08_sandbox.ipynb #rga0e3m9
 def _read_back(f, n:int)->bytes:
     "The first `n` bytes of temporary file `f` (None: b''), which is then closed"
     if not f: return b''
@@ -144,29 +159,32 @@ def _read_back(f, n:int)->bytes:
     _quietly(f.close)
     return b
 
+# %% ../../nbs/08_sandbox.ipynb #u7uc1pzu
 def _run(code, tests, imports, cfg, judged, helpers=None, entry_point=None)->RunResult:
     "One sandboxed run: the child alone (`judged=False`: `tests` run inside it) or the child and a confined judge"
     cfg = cfg or SandboxCfg()
     tests, imports = [str(t) for t in tests], [str(s) for s in imports]
     uid, juid = (_UIDS.get(), _UIDS.get()) if os.geteuid() == 0 else (None, None)
-    pre = f'mapg-sbx-{os.getpid()}-'           # the scoring process's pid: its own runs' folders are told apart
+    # the scoring process's pid: its own runs' folders are told apart
+    pre = f'mapg-sbx-{os.getpid()}-'
     work, jwork = tempfile.mkdtemp(prefix=pre), tempfile.mkdtemp(prefix=pre) if judged else None
     out, jout = tempfile.TemporaryFile(), tempfile.TemporaryFile() if judged else None
     cg = _memcg_make(f'mapg-sbx-{uid}', cfg.memory) if uid is not None else None
-    tok, t0, p, jp, buf, timed_out, opened, joined = secrets.token_hex(8), time.monotonic(), None, None, b'', True, [], []
+    secret, t0 = secrets.token_hex(8), time.monotonic()
+    p, jp, buf, timed_out, opened, joined = None, None, b'', True, [], []
     def pipe():
         fds = os.pipe(); opened.extend(fds); return fds
     def close(fd):
         if fd in opened: opened.remove(fd); _quietly(os.close, fd)
     def enter(pid):   # before the child has its job: all it will ever start is counted
         if cg: _memcg_join(cg, pid); joined.append(pid)
-    lim = _limits(cfg, tok)
+    lim = _limits(cfg, secret)
     try:
         (r, w), (life_r, life_w), (jlife_r, jlife_w) = pipe(), pipe(), pipe()
         (req_r, req_w), (resp_r, resp_w) = (pipe(), pipe()) if judged else ((-1, -1), (-1, -1))
-        job = dict(lim, mode='serve' if judged else 'run', code=str(code), tests=[] if judged else tests, imports=imports,
-                   fd=resp_w if judged else w, req=req_r, life=life_r, uid=uid, work=work, memory=cfg.memory,
-                   disk=cfg.disk, inodes=cfg.inodes)
+        job = dict(lim, mode='serve' if judged else 'run', code=str(code), tests=[] if judged else tests,
+                   imports=imports, fd=resp_w if judged else w, req=req_r, life=life_r, uid=uid, work=work,
+                   memory=cfg.memory, disk=cfg.disk, inodes=cfg.inodes)
         p = _spawn(_child_source(), job, cfg.python or sys.executable, out.fileno(),
                    tuple(f for f in (job['fd'], req_r, life_r) if f >= 0), work, enter)
         for fd in (resp_w, req_r, life_r) if judged else (w, life_r): close(fd)
@@ -175,14 +193,16 @@ def _run(code, tests, imports, cfg, judged, helpers=None, entry_point=None)->Run
             jjob = _judge_job(cfg, lim, tests, imports, helpers, entry_point, juid, jwork, fds)
             jp = _spawn(_child_source(), jjob, sys.executable, jout.fileno(), fds, jwork)
             for fd in fds: close(fd)
-        buf, timed_out = _read_results(r, (jp or p).pid, t0 + cfg.timeout, tok)
-        if not judged: timed_out = timed_out or not _wait_exit(p.pid, t0 + cfg.timeout)   # the child should be exiting
+        buf, timed_out = _read_results(r, (jp or p).pid, t0 + cfg.timeout, secret)
+        # the child should be exiting
+        if not judged: timed_out = timed_out or not _wait_exit(p.pid, t0 + cfg.timeout)
     finally:
         for fd in list(opened):
-            if fd != r: close(fd)                    # the life pipes: each PID 1 and all in its namespace are killed
+            # the life pipes: each PID 1 and all in its namespace are killed
+            if fd != r: close(fd)
         _reap((jp, p))
         close(r)
-        iso, ok, passed, err = _parse_results(buf, tok, len(tests), heads=2 if judged else 1)
+        iso, ok, passed, err = _parse_results(buf, secret, len(tests), heads=2 if judged else 1)
         _free_uids(((uid, p, iso), (juid, jp, iso.get('judge', {}))))
         if cg: _memcg_drop(cg)
         iso['memcg'] = bool(joined)
@@ -191,7 +211,7 @@ def _run(code, tests, imports, cfg, judged, helpers=None, entry_point=None)->Run
             if d: _rmtree(d)
     if err is not None: raise SandboxError(f"sandbox isolation failed, program not run: {err}")
     _check_isolation(iso, cfg)
-    status = 'timeout' if timed_out else 'ok' if buf.endswith(f'{tok} E\n'.encode()) else 'crashed'
+    status = 'timeout' if timed_out else 'ok' if buf.endswith(f'{secret} E\n'.encode()) else 'crashed'
     return RunResult(status, passed, ok, p.returncode, output.decode(errors='replace'), time.monotonic() - t0, iso,
                      joutput.decode(errors='replace'))
 
@@ -201,18 +221,18 @@ def run_program(code:str,             # the program (model output), run as modul
                 imports:list|tuple=(), # snippets run before the program, in its namespace (e.g. `import math`)
                 cfg:SandboxCfg|None=None # limits (default SandboxCfg())
                )->RunResult:
-    "Run untrusted `code` and the snippets `tests` *inside* the sandbox (the program can see and forge them: not for scoring)"
+    "Run untrusted `code` and snippets `tests` *inside* the sandbox (the program can see and forge them: no scoring)"
     return _run(code, tests, imports, cfg, judged=False)
 
 # %% ../../nbs/08_sandbox.ipynb #5f4c6711
 def judge_program(code:str,           # the program (model output), run in the sandbox as module `solution`
                   tests:list|tuple=(), # the dataset's test cases: Python run by the judge, outside the sandbox
-                  imports:list|tuple=(), # import lines run before the program (in the sandbox) and before the tests (judge)
-                  helpers:str|None=None, # trusted code the tests use (HumanEval's prompt): the program cannot replace it
+                  imports:list|tuple=(), # import lines run before the program (sandbox) and the tests (judge)
+                  helpers:str|None=None, # trusted code the tests use (HumanEval prompt): the program can't replace it
                   entry_point:str|None=None, # the function under test (it may shadow a built-in name)
                   cfg:SandboxCfg|None=None # limits (default SandboxCfg())
                  )->RunResult:
-    "Score untrusted `code` on `tests`: the tests run in a trusted judge, each call of the program's objects in the sandbox"
+    "Score untrusted `code` on `tests`: tests run in a trusted judge, calls of the program's objects in the sandbox"
     return _run(code, tests, imports, cfg, judged=True, helpers=helpers, entry_point=entry_point)
 
 # %% ../../nbs/08_sandbox.ipynb #03ed6f85

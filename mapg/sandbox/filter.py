@@ -10,41 +10,43 @@ __all__ = []
 
 # %% ../../nbs/08b_sandbox_filter.ipynb #00e20f1a
 def _sbx_syscalls(arch:str):
-    "`(AUDIT_ARCH, clone, fcntl, denied calls, calls answered otherwise)` for `arch`, from the kernel's syscall tables; None elsewhere"
+    "`(AUDIT_ARCH, clone, fcntl, denied calls, calls answered otherwise)` for `arch` from the syscall tables, or None"
     if arch == 'x86_64':
         return (0xC000003E, 56, 72, [101, 310, 311, 250, 248, 249, 73, 319, 447, 253, 294, 300, 240, 323,
-                321, 298, 425, 426, 427, 272, 308, 165, 166, 155, 161, 246, 320, 175, 313, 176, 312, 303, 304, 438, 428, 429,
-                430, 431, 432, 433, 442, 167, 168, 169, 163, 179, 103, 212, 221, 27, 451, 187, 440],
+                321, 298, 425, 426, 427, 272, 308, 165, 166, 155, 161, 246, 320, 175, 313, 176, 312, 303, 304, 438,
+                428, 429, 430, 431, 432, 433, 442, 167, 168, 169, 163, 179, 103, 212, 221, 27, 451, 187, 440],
                 dict(socket=[41, 53], madvise=[28], nosys=[327, 328], notsup=[285]))
     if arch == 'aarch64':
         return (0xC00000B7, 220, 25, [117, 270, 271, 219, 217, 218, 32, 279, 447, 26, 262, 180, 282,
-                280, 241, 425, 426, 427, 97, 268, 40, 39, 41, 51, 104, 294, 105, 273, 106, 272, 264, 265, 438, 428, 429, 430,
-                431, 432, 433, 442, 224, 225, 142, 89, 60, 116, 18, 223, 232, 451, 213, 440],
+                280, 241, 425, 426, 427, 97, 268, 40, 39, 41, 51, 104, 294, 105, 273, 106, 272, 264, 265, 438, 428,
+                429, 430, 431, 432, 433, 442, 224, 225, 142, 89, 60, 116, 18, 223, 232, 451, 213, 440],
                 dict(socket=[198, 199], madvise=[233], nosys=[286, 287], notsup=[47]))
     return None
 
-def _sbx_seccomp(libc):
-    "Child side, last step: a seccomp filter that denies the calls a scoring program never needs; True if installed"
-    import ctypes, os, struct
-    arch = os.uname().machine
-    if (table := _sbx_syscalls(arch)) is None: return False
-    aa, clone, fcntl, deny, more = table
+# %% ../../nbs/08b_sandbox_filter.ipynb #fh10zsk9
+def _sbx_bpf(arch, aa, clone, fcntl, deny, more)->list:
+    "The seccomp BPF program: other ABIs killed, `deny` denied, `more` answered by kind, the rest allowed"
     ALLOW, EPERM, ENOSYS, KILL = 0x7fff0000, 0x50001, 0x50026, 0x80000000
     EOPNOTSUPP, EAFNOSUPPORT, AF_UNIX = 0x5005F, 0x50061, 1
-    PAGE_CACHE = (3, 20, 21, 22, 23)   # MADV_WILLNEED, COLD, PAGEOUT, POPULATE_READ, POPULATE_WRITE
+    # MADV_WILLNEED, COLD, PAGEOUT, POPULATE_READ, POPULATE_WRITE
+    PAGE_CACHE = (3, 20, 21, 22, 23)
     LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
-    NS = 0x7E020000      # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
-    LOCKS = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)   # F_GETLK F_SETLK F_SETLKW F_OFD_*, F_SETLEASE F_GETLEASE F_NOTIFY
+    # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+    NS = 0x7E020000
+    # F_GETLK F_SETLK F_SETLKW F_OFD_*, F_SETLEASE F_GETLEASE F_NOTIFY
+    LOCKS = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)
     prog = [(LD, 0, 0, 4), (JEQ, 1, 0, aa), (RET, 0, 0, KILL), (LD, 0, 0, 0)]
     tests = [(n, 'deny') for n in deny] + [(fcntl, 'fcntl'), (clone, 'clone'), (435, 'nosys')] + \
             [(n, k) for k, ns in more.items() for n in ns]
-    if arch == 'x86_64': tests.insert(0, (0x40000000, 'deny'))   # the x32 ABI: every number from here on
+    # the x32 ABI: every number from here on
+    if arch == 'x86_64': tests.insert(0, (0x40000000, 'deny'))
     at, body = {}, []
     n_head = len(prog) + len(tests) + 1
     def block(name, ins): at[name] = n_head + len(body); body.extend(ins)
     block('deny', [(RET, 0, 0, EPERM)])
     block('nosys', [(RET, 0, 0, ENOSYS)])
-    block('fcntl', [(LD, 0, 0, 24)] + [(JEQ, len(LOCKS) - i, 0, c) for i, c in enumerate(LOCKS)] + [(RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)])
+    block('fcntl', [(LD, 0, 0, 24)] + [(JEQ, len(LOCKS) - i, 0, c) for i, c in enumerate(LOCKS)]
+          + [(RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)])
     block('clone', [(LD, 0, 0, 16), (JSET, 0, 1, NS), (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW)])
     block('socket', [(LD, 0, 0, 16), (JEQ, 0, 1, AF_UNIX), (RET, 0, 0, ALLOW), (RET, 0, 0, EAFNOSUPPORT)])
     block('madvise', [(LD, 0, 0, 32)] + [(JEQ, len(PAGE_CACHE) - i, 0, a) for i, a in enumerate(PAGE_CACHE)] +
@@ -55,7 +57,17 @@ def _sbx_seccomp(libc):
         prog.append((JGE if nr == 0x40000000 else JEQ, at[to] - here, 0, nr))
     prog.append((RET, 0, 0, ALLOW))
     prog += body
+    return prog
+
+# %% ../../nbs/08b_sandbox_filter.ipynb #voo1tkp1
+def _sbx_seccomp(libc):
+    "Child side, last step: a seccomp filter that denies the calls a scoring program never needs; True if installed"
+    import ctypes, os, struct
+    arch = os.uname().machine
+    if (table := _sbx_syscalls(arch)) is None: return False
+    prog = _sbx_bpf(arch, *table)
     buf = ctypes.create_string_buffer(b''.join(struct.pack('HBBI', *i) for i in prog))
     class Prog(ctypes.Structure): _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.c_void_p)]
     fp = Prog(len(prog), ctypes.addressof(buf))
-    return libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0   # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    return libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0

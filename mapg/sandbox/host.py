@@ -13,10 +13,11 @@ __all__ = []
 
 # %% ../../nbs/08f_sandbox_host.ipynb #bef65169
 class _UidPool:
-    "Sandbox uids: a block of `slots` per process fixed by its pid (so concurrent scorers never share one), least recently used first"
+    "Sandbox uids: a block of `slots` per process fixed by its pid (no two scorers share one), least recently used"
     def __init__(self, slots=256): self.slots, self.pid, self.lock = slots, None, threading.Lock()
     def _block(self):
-        if self.pid != os.getpid():   # first use, or a forked process: its own block
+        # first use, or a forked process: its own block
+        if self.pid != os.getpid():
             self.pid, self.free = os.getpid(), deque(range(self.slots))
             self.base = 2_000_000 + self.slots * self.pid
     def get(self):
@@ -30,9 +31,12 @@ class _UidPool:
     def owns(self, uid)->bool:
         with self.lock: self._block(); return 0 <= uid - self.base < self.slots
 
+# %% ../../nbs/08f_sandbox_host.ipynb #n59mip5e
 _UIDS = _UidPool()
-if hasattr(os, 'register_at_fork'): os.register_at_fork(after_in_child=lambda: setattr(_UIDS, 'lock', threading.Lock()))
+if hasattr(os, 'register_at_fork'):
+    os.register_at_fork(after_in_child=lambda: setattr(_UIDS, 'lock', threading.Lock()))
 
+# %% ../../nbs/08f_sandbox_host.ipynb #6xeanvwo
 def _proc_uids(since:int=0)->dict:
     "`{pid: real uid}` of the live (not zombie) processes with pid >= `since`, from `/proc` (Linux)"
     res = {}
@@ -44,11 +48,14 @@ def _proc_uids(since:int=0)->dict:
         if st.get('State', ' ').split()[0] not in 'ZX': res[int(d)] = int(st['Uid'].split()[0])
     return res
 
+# %% ../../nbs/08f_sandbox_host.ipynb #e7uz4y4w
 def _kill_uid(uid:int, since:int=0, rounds:int=20, pool:_UidPool|None=None)->int:
-    "SIGKILL every process whose real uid is `uid` (one of `pool`, default `_UIDS`; repeat while new ones appear); how many were killed"
-    if not (_UIDS if pool is None else pool).owns(uid): raise ValueError(f"refusing to sweep uid {uid}: not a sandbox uid of this process")
+    "SIGKILL every process of real uid `uid` (of `pool`, default `_UIDS`) while new ones appear; how many were killed"
+    if not (_UIDS if pool is None else pool).owns(uid):
+        raise ValueError(f"refusing to sweep uid {uid}: not a sandbox uid of this process")
     if not os.path.isdir('/proc'): return 0
-    try:   # pids grow until they wrap at pid_max: a process forked after the child has a larger pid, unless they wrapped
+    # pids grow until they wrap at pid_max: a process forked after the child has a larger pid, unless they wrapped
+    try:
         with open('/proc/sys/kernel/ns_last_pid') as f: since = since if int(f.read()) >= since else 0
     except (OSError, ValueError): since = 0
     n = 0
@@ -63,19 +70,21 @@ def _kill_uid(uid:int, since:int=0, rounds:int=20, pool:_UidPool|None=None)->int
 
 # %% ../../nbs/08f_sandbox_host.ipynb #c6e0a7b1
 def _memcg_dirs(mountinfo:list, cgroup:list)->list:
-    "`(version, dir)` candidates for this process's memory cgroup, v2 first, from `/proc/self/{mountinfo,cgroup}` lines"
+    "`(version, dir)` candidates for this process's memory cgroup, v2 first, from `/proc/self/{mountinfo,cgroup}`"
     mine, out = [l.rstrip('\n').split(':', 2) for l in cgroup], []
     for v in (2, 1):
         path = next((p for h, c, p in mine if (h, c) == ('0', '') or v == 1 and 'memory' in c.split(',')), None)
         for m in map(str.split, mountinfo):
             k = m.index('-')
-            if m[k + 1] != ('cgroup2' if v == 2 else 'cgroup') or (v == 1 and 'memory' not in m[k + 3].split(',')): continue
+            if m[k + 1] != ('cgroup2' if v == 2 else 'cgroup') or (v == 1 and 'memory' not in m[k + 3].split(',')):
+                continue
             if path is not None and path.startswith(m[3]): out.append((v, m[4] + path[len(m[3].rstrip('/')):]))
     return out
 
+# %% ../../nbs/08f_sandbox_host.ipynb #vvxn5341
 @cache
 def _memcg_root()->tuple:
-    "`(version, dir)`: the memory cgroup (v2 with `memory` delegated, else v1) this process may create children in; `(None, why)`"
+    "`(version, dir)`: the memory cgroup (v2 with `memory` delegated, else v1) to create children in; `(None, why)`"
     if os.geteuid() != 0: return None, 'not root'
     try:
         with open('/proc/self/mountinfo') as f, open('/proc/self/cgroup') as g: dirs = _memcg_dirs(list(f), list(g))
@@ -86,8 +95,10 @@ def _memcg_root()->tuple:
                 ok = v == 1 or 'memory' in f.read().split()
         except OSError: continue
         if ok and os.access(d, os.W_OK): return v, d
-    return None, 'no writable memory cgroup (cgroup v2 with the memory controller delegated, or the v1 memory hierarchy)'
+    return None, ('no writable memory cgroup (cgroup v2 with the memory controller delegated, or the v1 memory '
+                  'hierarchy)')
 
+# %% ../../nbs/08f_sandbox_host.ipynb #ent8qdmt
 def _memcg_make(name:str, limit:int)->str|None:
     "A new memory cgroup `name` limited to `limit` bytes (swap included), or None where the machine has none"
     v, root = _memcg_root()
@@ -104,12 +115,14 @@ def _memcg_make(name:str, limit:int)->str|None:
                 if required: raise
         return d
     except OSError as e:
-        _memcg_drop(d); _log.warning("mapg.sandbox: could not make memory cgroup %s: %s", d, e)
+        _memcg_drop(d); _sbx_log.warning("mapg.sandbox: could not make memory cgroup %s: %s", d, e)
         return None
 
+# %% ../../nbs/08f_sandbox_host.ipynb #19bb7r22
 def _memcg_join(d:str, pid:int):
     with open(os.path.join(d, 'cgroup.procs'), 'w') as f: f.write(str(pid))
 
+# %% ../../nbs/08f_sandbox_host.ipynb #st2f5w4p
 def _memcg_drop(d:str):
     "Kill what is left in cgroup `d` and remove it (retrying while the kernel still holds exiting tasks); never raises"
     for i in range(200):
@@ -119,17 +132,18 @@ def _memcg_drop(d:str):
             os.rmdir(d); return
         except FileNotFoundError: return
         except OSError: time.sleep(0.005)
-    _log.warning("mapg.sandbox: could not remove memory cgroup %s", d)
-
+    _sbx_log.warning("mapg.sandbox: could not remove memory cgroup %s", d)
 
 # %% ../../nbs/08f_sandbox_host.ipynb #0d69067a
-_log = logging.getLogger('mapg.sandbox')
+_sbx_log = logging.getLogger('mapg.sandbox')
 
+# %% ../../nbs/08f_sandbox_host.ipynb #jhzaayvg
 def _exited(pid:int)->bool:
     "Whether child `pid` has exited, without reaping it (its process-group id stays reserved until the reap)"
     try: return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError: return True
 
+# %% ../../nbs/08f_sandbox_host.ipynb #bm06uy2i
 def _wait_exit(pid:int, deadline:float)->bool:
     "Wait (without reaping) until `pid` exits or `deadline` passes; True if it exited"
     delay = 2e-4
@@ -138,10 +152,12 @@ def _wait_exit(pid:int, deadline:float)->bool:
         time.sleep(delay); delay = min(2 * delay, 0.02)
     return True
 
+# %% ../../nbs/08f_sandbox_host.ipynb #oroeps9p
 def _env(work:str)->dict:
     return dict(PATH='/usr/local/bin:/usr/bin:/bin', LANG='C.UTF-8', HOME=work, TMPDIR=work, PYTHONHASHSEED='0',
                 OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1', MKL_NUM_THREADS='1')
 
+# %% ../../nbs/08f_sandbox_host.ipynb #opylau36
 def _spawn(src:str, job:dict, python:str, out:int, fds:tuple, cwd:str, before=None):
     "Start `src` in a new session with a minimal environment, call `before(pid)`, then hand it `job` on stdin"
     p = subprocess.Popen([python, '-I', '-S', '-c', src], stdin=subprocess.PIPE, stdout=out, stderr=out, pass_fds=fds,
@@ -150,34 +166,42 @@ def _spawn(src:str, job:dict, python:str, out:int, fds:tuple, cwd:str, before=No
         try: before(p.pid)
         except BaseException: p.kill(); p.wait(); raise
     try: p.stdin.write(marshal.dumps(job)); p.stdin.close()
-    except OSError: pass   # it died before reading its job: the run reports a crash
+    # it died before reading its job: the run reports a crash
+    except OSError: pass
     return p
 
+# %% ../../nbs/08f_sandbox_host.ipynb #232mc9cz
 def _rmtree(path:str):
     "Remove a directory tree, however deep or unreadable; never raises (logs what it could not remove)"
     try:
         if not os.path.lexists(path): return
-        try: os.rmdir(path); return                  # the usual case: the work dir was a mount point, left empty
+        # the usual case: the work dir was a mount point, left empty
+        try: os.rmdir(path); return
         except OSError: pass
         try: shutil.rmtree(path, ignore_errors=True)
-        except BaseException: pass                   # e.g. RecursionError on a very deep tree
+        # e.g. RecursionError on a very deep tree
+        except BaseException: pass
         rm = lambda: subprocess.run(['rm', '-rf', '--one-file-system', '--', path], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
-        if os.path.lexists(path): rm()               # GNU rm has no depth limit
-        if os.path.lexists(path):                    # parts made unreadable (only matters when not root)
+        # GNU rm has no depth limit
+        if os.path.lexists(path): rm()
+        # parts made unreadable (only matters when not root)
+        if os.path.lexists(path):
             try:
                 for d, _, _ in os.walk(path): os.chmod(d, 0o700)
             except BaseException: pass
             rm()
-        if os.path.lexists(path): _log.warning("mapg.sandbox: could not remove %s", path)
+        if os.path.lexists(path): _sbx_log.warning("mapg.sandbox: could not remove %s", path)
     except BaseException as e:
-        _log.warning("mapg.sandbox: cleanup of %s failed: %s", path, type(e).__name__)
+        _sbx_log.warning("mapg.sandbox: cleanup of %s failed: %s", path, type(e).__name__)
 
+# %% ../../nbs/08f_sandbox_host.ipynb #4io3f1e3
 def _quietly(f, *a):
     "Call `f(*a)`, ignoring any error (cleanup steps)"
     try: return f(*a)
     except BaseException: return None
 
+# %% ../../nbs/08f_sandbox_host.ipynb #vy0r14eo
 @cache
 def _site_dirs()->list:
     "This interpreter's site-packages directories (for the judge, which runs with `-S`: KodCode tests import pytest)"

@@ -11,7 +11,7 @@ __all__ = []
 
 # %% ../../nbs/08c_sandbox_jail.ipynb #f82821fd
 def _sbx_unshare(job, libc, iso):
-    "Child side: new mount, network, IPC and PID namespaces (inside a user namespace when not root), each where allowed"
+    "Child side: new mount, network, IPC and PID namespaces (in a user namespace when not root), each where allowed"
     import os
     NEWNS, NEWNET, NEWIPC, NEWPID, NEWUSER = 0x20000, 0x40000000, 0x8000000, 0x20000000, 0x10000000
     want = dict(mountns=NEWNS, netns=NEWNET, ipcns=NEWIPC, pidns=NEWPID)
@@ -22,15 +22,18 @@ def _sbx_unshare(job, libc, iso):
         uid, gid = os.getuid(), os.getgid()
         got = set(want) if libc.unshare(NEWUSER | sum(want.values())) == 0 else \
               {'mountns'} if libc.unshare(NEWUSER | NEWNS) == 0 else set()
-        if got:   # map our own ids to themselves inside the new user namespace (we keep its capabilities)
+        # map our own ids to themselves inside the new user namespace (we keep its capabilities)
+        if got:
             for f, s in (('setgroups', 'deny'), ('uid_map', f'{uid} {uid} 1'), ('gid_map', f'{gid} {gid} 1')):
                 try:
                     with open(f'/proc/self/{f}', 'w') as fh: fh.write(s)
                 except OSError: pass
     for k in got: iso[k] = True
     if iso['netns']:
-        with open('/proc/self/net/dev') as fh: iso['netns'] = len(fh.readlines()) <= 3   # header + `lo` only
-    if iso['ipcns']:   # the new IPC namespace's own limits: 16 MiB of SysV shared memory, 16 small queues, few semaphores
+        # header + `lo` only
+        with open('/proc/self/net/dev') as fh: iso['netns'] = len(fh.readlines()) <= 3
+    # the new IPC namespace's own limits: 16 MiB of SysV shared memory, 16 small queues, few semaphores
+    if iso['ipcns']:
         lim = dict(shmmax=16 << 20, shmall=4096, shmmni=16, msgmni=16, msgmnb=16384, sem='32 512 32 16')
         try:
             for k, v in lim.items():
@@ -38,26 +41,60 @@ def _sbx_unshare(job, libc, iso):
             iso['ipc_limits'] = True
         except OSError: iso['ipc_limits'] = False
 
+# %% ../../nbs/08c_sandbox_jail.ipynb #f4fwm5ds
+def _sbx_mount_flags(mounts, p):
+    "Flags of the mount holding `p` (`mounts`: rows of mountinfo) that a bind inside a user namespace must keep"
+    keep = dict(nosuid=2, nodev=4, noexec=8, noatime=1024, nodiratime=2048, relatime=1 << 21)
+    best, opts = '', []
+    for m in mounts:
+        mp = m[4].replace('\\040', ' ')
+        if (p == mp or p.startswith(mp.rstrip('/') + '/')) and len(mp) >= len(best):
+            best, opts = mp, m[5].split(',')
+    return sum(v for k, v in keep.items() if k in opts)
+
+# %% ../../nbs/08c_sandbox_jail.ipynb #59690r0h
+def _sbx_mount(libc, src, dst, kind, flags, data=None):
+    "Child side: `mount(2)` through `libc`; `OSError` on failure"
+    import os
+    if libc.mount(src and os.fsencode(src), os.fsencode(dst), kind and kind.encode(),
+                  flags, data and data.encode()) != 0:
+        import ctypes
+        raise OSError(ctypes.get_errno(), f'mount {src} on {dst} failed')
+
+# %% ../../nbs/08c_sandbox_jail.ipynb #fvcyp8ou
+def _sbx_bind_ro(libc, nr, ro, mounts):
+    "Child side: bind every path of `ro` read-only into the new root `nr` (symlinks copied, nested paths once)"
+    import os
+    RDONLY, NOSUID, NODEV, REMOUNT, BIND = 1, 2, 4, 32, 4096
+    done = []
+    # system libraries first: the interpreter's dir is skipped when one of them holds it
+    for p in ro:
+        if not os.path.lexists(p): continue
+        # e.g. /lib -> usr/lib
+        if os.path.islink(p):
+            if not os.path.lexists(nr + p):
+                os.makedirs(os.path.dirname(nr + p), 0o755, exist_ok=True); os.symlink(os.readlink(p), nr + p)
+            continue
+        r = os.path.realpath(p)
+        if any(r == q or r.startswith(q + '/') for q in done): continue
+        done.append(r)
+        if os.path.isdir(p): os.makedirs(nr + p, 0o755)
+        else:
+            os.makedirs(os.path.dirname(nr + p), 0o755, exist_ok=True)
+            os.close(os.open(nr + p, os.O_CREAT | os.O_WRONLY, 0o644))
+        _sbx_mount(libc, p, nr + p, None, BIND)
+        _sbx_mount(libc, None, nr + p, None,
+                   REMOUNT | BIND | RDONLY | NOSUID | NODEV | _sbx_mount_flags(mounts, os.path.realpath(p)))
+
 # %% ../../nbs/08c_sandbox_jail.ipynb #ac147ded
 def _sbx_root(job, libc, iso):
-    "Child side, privileged: chroot into a tmpfs holding only the interpreter's libraries (read-only) and a private work tmpfs"
+    "Child side, privileged: chroot into a tmpfs of the interpreter's libraries (read-only) and a private work tmpfs"
     import os, sys
     RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC, PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
-    keep = dict(nosuid=NOSUID, nodev=NODEV, noexec=NOEXEC, noatime=1024, nodiratime=2048, relatime=1 << 21)
-    def mount(src, dst, kind, flags, data=None):
-        if libc.mount(src and os.fsencode(src), os.fsencode(dst), kind and kind.encode(), flags, data and data.encode()) != 0:
-            raise OSError(ctypes_errno(), f'mount {src} on {dst} failed')
-    def ctypes_errno():
-        import ctypes
-        return ctypes.get_errno()
+    def mount(src, dst, kind, flags, data=None): _sbx_mount(libc, src, dst, kind, flags, data)
     with open('/proc/self/mountinfo') as fh: mounts = [l.split() for l in fh]
-    def flags_of(p):   # the options of the mount holding `p`: a bind inside a user namespace must keep them
-        best, opts = '', []
-        for m in mounts:
-            mp = m[4].replace('\\040', ' ')
-            if (p == mp or p.startswith(mp.rstrip('/') + '/')) and len(mp) >= len(best): best, opts = mp, m[5].split(',')
-        return sum(v for k, v in keep.items() if k in opts)
-    work, nr = job['work'], job['work']          # the skeleton root is mounted over the (empty) work dir
+    # the skeleton root is mounted over the (empty) work dir
+    work, nr = job['work'], job['work']
     mount('none', '/', None, REC | PRIVATE)
     mount('tmpfs', nr, 'tmpfs', NOSUID | NODEV, 'size=1m,nr_inodes=512,mode=0755')
     try:
@@ -65,34 +102,23 @@ def _sbx_root(job, libc, iso):
         libdir = os.path.join(sys.base_prefix, 'lib')
         ro = ['/lib', '/lib64', '/lib32', '/usr/lib', '/usr/lib64', '/usr/lib32', '/etc/ld.so.cache',
               libdir if std.startswith(libdir + os.sep) else std] + list(job.get('ro', ()))
-        done = []
-        for p in ro:   # system libraries first: the interpreter's dir is skipped when one of them holds it
-            if not os.path.lexists(p): continue
-            if os.path.islink(p):   # e.g. /lib -> usr/lib
-                if not os.path.lexists(nr + p):
-                    os.makedirs(os.path.dirname(nr + p), 0o755, exist_ok=True); os.symlink(os.readlink(p), nr + p)
-                continue
-            r = os.path.realpath(p)
-            if any(r == q or r.startswith(q + '/') for q in done): continue
-            done.append(r)
-            if os.path.isdir(p): os.makedirs(nr + p, 0o755)
-            else:
-                os.makedirs(os.path.dirname(nr + p), 0o755, exist_ok=True); os.close(os.open(nr + p, os.O_CREAT | os.O_WRONLY, 0o644))
-            mount(p, nr + p, None, BIND)
-            mount(None, nr + p, None, REMOUNT | BIND | RDONLY | NOSUID | NODEV | flags_of(os.path.realpath(p)))
-        sp = nr + std + '/site-packages'     # the base interpreter's own third-party packages stay out of view
+        _sbx_bind_ro(libc, nr, ro, mounts)
+        # the base interpreter's own third-party packages stay out of view
+        sp = nr + std + '/site-packages'
         if os.path.isdir(sp) and std + '/site-packages' not in job.get('ro', ()):
             mount('tmpfs', sp, 'tmpfs', RDONLY | NOSUID | NODEV, 'size=4k,nr_inodes=2,mode=0555')
         os.makedirs(nr + '/dev', 0o755)
         for d in ('null', 'zero', 'random', 'urandom'):
-            os.close(os.open(nr + '/dev/' + d, os.O_CREAT | os.O_WRONLY, 0o644)); mount('/dev/' + d, nr + '/dev/' + d, None, BIND)
+            os.close(os.open(nr + '/dev/' + d, os.O_CREAT | os.O_WRONLY, 0o644))
+            mount('/dev/' + d, nr + '/dev/' + d, None, BIND)
         os.makedirs(nr + work, 0o755)
         uid = job['uid'] if job['uid'] is not None else os.getuid()
         mount('tmpfs', nr + work, 'tmpfs', NOSUID | NODEV,
               f"size={job['disk']},nr_inodes={job['inodes']},mode=0700,uid={uid},gid={uid}")
         mount(None, nr, None, REMOUNT | RDONLY | NOSUID | NODEV)
     except BaseException:
-        libc.umount2(os.fsencode(nr), 2)    # MNT_DETACH: back to the host's view, the caller falls back
+        # MNT_DETACH: back to the host's view, the caller falls back
+        libc.umount2(os.fsencode(nr), 2)
         raise
     os.chroot(nr); os.chdir(work)
     iso.update(minimal_root=True, work_tmpfs=True, readonly_fs=True)
@@ -109,7 +135,8 @@ def _sbx_fs(job, libc, iso):
     failed = 0
     with open('/proc/self/mountinfo') as fh: mounts = [l.split() for l in fh]
     for m in mounts:
-        mp = m[4].replace('\\040', ' ').replace('\\011', '\t').replace('\\012', '\n').replace('\\134', '\\')   # mountinfo escapes
+        # mountinfo escapes
+        mp = m[4].replace('\\040', ' ').replace('\\011', '\t').replace('\\012', '\n').replace('\\134', '\\')
         opts = m[5].split(',')
         if 'ro' in opts or mp == job['work'] or mp == '/dev' or mp.startswith(('/proc', '/sys', '/dev/pts')): continue
         flags = REMOUNT | BIND | RDONLY | sum(v for k, v in keep.items() if k in opts)
@@ -117,16 +144,43 @@ def _sbx_fs(job, libc, iso):
     iso['readonly_fs'] = failed == 0
     os.chdir(job['work'])
 
+# %% ../../nbs/08c_sandbox_jail.ipynb #6ng3qtii
+def _sbx_rlimits(job):
+    "Child side: the run's rlimits, never above a hard limit we already have (a non-root caller cannot raise it)"
+    import resource
+    cpu = max(1, int(job['cpu'] + 0.999))
+    lim = dict(AS=(job['memory'],) * 2, FSIZE=(job['fsize'],) * 2, NOFILE=(job['nofile'],) * 2, CORE=(0, 0),
+               NPROC=(job['nproc'],) * 2, CPU=(cpu, cpu + 1), MSGQUEUE=(0, 0))
+    for k, (soft, hard) in lim.items():
+        r = getattr(resource, 'RLIMIT_' + k, None)
+        if r is None: continue
+        cur = resource.getrlimit(r)[1]
+        if cur != resource.RLIM_INFINITY: soft, hard = min(soft, cur), min(hard, cur)
+        try: resource.setrlimit(r, (soft, hard))
+        except (ValueError, OSError): pass
+
+# %% ../../nbs/08c_sandbox_jail.ipynb #4759biup
+def _sbx_drop_root(job, iso):
+    "Child side, root: become `job['uid']` for good (no groups), and check that root cannot be regained"
+    import os
+    if not iso['work_tmpfs']: os.chown(job['work'], job['uid'], job['uid'])
+    os.setgroups([]); os.setgid(job['uid']); os.setuid(job['uid'])
+    if os.getuid() == 0 or os.geteuid() == 0: raise PermissionError('could not drop root privileges')
+    try: os.setuid(0)
+    except PermissionError: pass
+    else: raise PermissionError('privileges could be regained after the drop')
+
 # %% ../../nbs/08c_sandbox_jail.ipynb #ae4a80ff
 def _sbx_isolate(job):
-    "Child side: namespaces and root, rlimits, then PID 1 and the worker under `job['uid']`; returns (in the worker) what was applied"
-    import os, sys, resource, ctypes
+    "Child side: namespaces, root, rlimits, then PID 1 and the worker as `job['uid']`; returns what applied (worker)"
+    import os, sys, ctypes
     try: libc = ctypes.CDLL(None, use_errno=True)
     except OSError: libc = None
     root = os.geteuid() == 0
-    iso = dict(netns=False, pidns=False, ipcns=False, mountns=False, minimal_root=False, work_tmpfs=False, readonly_fs=False,
-               seccomp=False)
-    if root:   # root of a user namespace that does not map the run's uid (a container): `nobody` instead
+    iso = dict(netns=False, pidns=False, ipcns=False, mountns=False, minimal_root=False, work_tmpfs=False,
+               readonly_fs=False, seccomp=False)
+    # root of a user namespace that does not map the run's uid (a container): `nobody` instead
+    if root:
         try:
             with open('/proc/self/uid_map') as fh: ranges = [[int(x) for x in l.split()] for l in fh]
             if not any(a <= job['uid'] < a + n for a, _, n in ranges): job['uid'] = 65534
@@ -136,29 +190,18 @@ def _sbx_isolate(job):
         try: _sbx_root(job, libc, iso)
         except OSError as e: iso['root_error'] = str(e)[:200]; _sbx_fs(job, libc, iso)
     if not iso['minimal_root']: os.chdir(job['work'])
-    cpu = max(1, int(job['cpu'] + 0.999))
-    lim = dict(AS=(job['memory'],) * 2, FSIZE=(job['fsize'],) * 2, NOFILE=(job['nofile'],) * 2, CORE=(0, 0),
-               NPROC=(job['nproc'],) * 2, CPU=(cpu, cpu + 1), MSGQUEUE=(0, 0))
-    for k, (soft, hard) in lim.items():   # never above a hard limit we already have (a non-root caller cannot raise it)
-        r = getattr(resource, 'RLIMIT_' + k, None)
-        if r is None: continue
-        cur = resource.getrlimit(r)[1]
-        if cur != resource.RLIM_INFINITY: soft, hard = min(soft, cur), min(hard, cur)
-        try: resource.setrlimit(r, (soft, hard))
-        except (ValueError, OSError): pass
-    if iso['pidns']: _sbx_outer(job)         # only PID 1 of the new namespace returns
-    if root:
-        if not iso['work_tmpfs']: os.chown(job['work'], job['uid'], job['uid'])
-        os.setgroups([]); os.setgid(job['uid']); os.setuid(job['uid'])
-        if os.getuid() == 0 or os.geteuid() == 0: raise PermissionError('could not drop root privileges')
-        try: os.setuid(0)
-        except PermissionError: pass
-        else: raise PermissionError('privileges could be regained after the drop')
+    _sbx_rlimits(job)
+    # only PID 1 of the new namespace returns
+    if iso['pidns']: _sbx_outer(job)
+    if root: _sbx_drop_root(job, iso)
     iso['uid'], iso['no_new_privs'] = os.getuid(), False
     if libc is not None and hasattr(libc, 'prctl'):
-        iso['no_new_privs'] = libc.prctl(38, 1, 0, 0, 0) == 0   # PR_SET_NO_NEW_PRIVS: setuid binaries gain nothing
-        libc.prctl(1, 9, 0, 0, 0)                                # PR_SET_PDEATHSIG: SIGKILL when the parent dies
-    if iso['pidns']: _sbx_init(job)          # only the worker returns
+        # PR_SET_NO_NEW_PRIVS: setuid binaries gain nothing
+        iso['no_new_privs'] = libc.prctl(38, 1, 0, 0, 0) == 0
+        # PR_SET_PDEATHSIG: SIGKILL when the parent dies
+        libc.prctl(1, 9, 0, 0, 0)
+    # only the worker returns
+    if iso['pidns']: _sbx_init(job)
     iso['seccomp'] = bool(iso['no_new_privs'] and _sbx_seccomp(libc))
     std = os.path.dirname(os.__file__)
     if not os.access(std, os.R_OK | os.X_OK):
@@ -168,31 +211,36 @@ def _sbx_isolate(job):
 
 # %% ../../nbs/08c_sandbox_jail.ipynb #e9cc5c11
 def _sbx_outer(job):
-    "Child side: fork PID 1 of the new PID namespace; this (outer) process waits for it, or kills it when the caller lets go"
+    "Child side: fork PID 1 of a new PID namespace; this outer process waits for it, or kills it if the caller lets go"
     import os, select, _signal as signal
     pid = os.fork()
     if pid == 0: return
     life = job['life']
-    os.closerange(3, life); os.closerange(life + 1, 1 << 16)   # the pipes to the judge close with the worker
+    # the pipes to the judge close with the worker
+    os.closerange(3, life); os.closerange(life + 1, 1 << 16)
     try: pfd = os.pidfd_open(pid)
     except (AttributeError, OSError): pfd = None
     while True:
-        ready = select.select([life] + ([pfd] if pfd is not None else []), [], [], None if pfd is not None else 0.01)[0]
-        if life in ready and not os.read(life, 1): os.kill(pid, signal.SIGKILL)   # EOF: the caller is done with the run
+        ready = select.select([life] + ([pfd] if pfd is not None else []), [], [],
+                              None if pfd is not None else 0.01)[0]
+        # EOF: the caller is done with the run
+        if life in ready and not os.read(life, 1): os.kill(pid, signal.SIGKILL)
         p, st = os.waitpid(pid, os.WNOHANG)
         if p: break
         if life in ready: st = os.waitpid(pid, 0)[1]; break
     code = os.waitstatus_to_exitcode(st)
     sig = -code if code < 0 else code - 128 if code > 128 else 0
-    if sig:   # PID 1 passes on the worker's death by a signal (or was killed itself): die the same way
+    # PID 1 passes on the worker's death by a signal (or was killed itself): die the same way
+    if sig:
         try:
             if sig != signal.SIGKILL: signal.signal(sig, signal.SIG_DFL)
             os.kill(os.getpid(), sig)
         except (OSError, ValueError): pass
     os._exit(code & 255)
 
+# %% ../../nbs/08c_sandbox_jail.ipynb #kq9rdupx
 def _sbx_init(job):
-    "Child side, PID 1 of the namespace: fork the worker, reap every process until the worker ends; its end ends them all"
+    "Child side, PID 1 of the namespace: fork the worker, reap every process until the worker ends; its end ends all"
     import os
     w = os.fork()
     if w == 0: return

@@ -14,20 +14,25 @@ _PURE = ('math', 'cmath', 're', 'string', 'itertools', 'functools', 'operator', 
          'statistics', 'fractions', 'decimal', 'typing', 'random', 'datetime', 'copy', 'json', 'array', 'textwrap',
          'unicodedata', 'numbers', 'enum', 'dataclasses', 'calendar', 'hashlib', 'struct')
 
+# %% ../../nbs/08d_sandbox_judge.ipynb #z4uqf9qd
 def _jdg_names(tests)->tuple:
-    "`(loaded, bound, stars)`: names the tests read, names they bind anywhere (every binding form), modules they star-import"
+    "`(loaded, bound, stars)`: names the tests read, names they bind (every binding form), modules they star-import"
     import ast
     loaded, bound, stars = set(), set(), set()
     def names_of(n):   # the names one node binds (None: it binds none)
-        if isinstance(n, ast.Name): return None if isinstance(n.ctx, ast.Load) else [n.id]   # =, +=, for, with, :=, del
-        if isinstance(n, (ast.Import, ast.ImportFrom)): return [a.asname or a.name.split('.')[0] for a in n.names if a.name != '*']
+        # =, +=, for, with, :=, del
+        if isinstance(n, ast.Name): return None if isinstance(n.ctx, ast.Load) else [n.id]
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            return [a.asname or a.name.split('.')[0] for a in n.names if a.name != '*']
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): return [n.name]
         if isinstance(n, ast.arg): return [n.arg]
         if isinstance(n, ast.ExceptHandler): return [n.name] if n.name else None
-        if isinstance(n, (ast.Global, ast.Nonlocal)): return list(n.names)    # declared: the tests manage that name
+        # declared: the tests manage that name
+        if isinstance(n, (ast.Global, ast.Nonlocal)): return list(n.names)
         if isinstance(n, (ast.MatchAs, ast.MatchStar)): return [n.name] if n.name else None
         if isinstance(n, ast.MatchMapping): return [n.rest] if n.rest else None
-        if type(n).__name__ in ('TypeVar', 'ParamSpec', 'TypeVarTuple'): return [n.name]   # Python 3.12 type parameters
+        # Python 3.12 type parameters
+        if type(n).__name__ in ('TypeVar', 'ParamSpec', 'TypeVarTuple'): return [n.name]
         return None
     for src in tests:
         try: tree = ast.parse(src)
@@ -36,49 +41,66 @@ def _jdg_names(tests)->tuple:
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load): loaded.add(n.id)
             elif (b := names_of(n)) is not None: bound.update(b)
             if isinstance(n, ast.ImportFrom) and any(a.name == '*' for a in n.names):
-                stars.add('.' * n.level + (n.module or ''))     # resolved by the judge; a relative one never resolves
+                # resolved by the judge; a relative one never resolves
+                stars.add('.' * n.level + (n.module or ''))
     return loaded, bound, stars - {'solution'}
-
 
 # %% ../../nbs/08d_sandbox_judge.ipynb #22917076
 def _jdg_errors()->tuple:
-    "`(SandboxGone, RemoteError, REMOTE)`: the judge's two exceptions, and per built-in exception name a class that is both"
+    "`(SandboxGone, RemoteError, REMOTE)`: the judge's two exceptions, and per built-in exception name a class of both"
     import builtins
     class SandboxGone(Exception): "The sandbox stopped answering (exited, or broke the protocol)"
     class RemoteError(Exception):
         "An exception the program raised: its type's name and message, as data (`remote_type`, `remote_message`)"
         def __init__(self, name, msg):
             super().__init__(msg); self.remote_type, self.remote_message = name, msg
-    REMOTE = {}   # built-in name -> a RemoteError subclass that is also that built-in (so `pytest.raises(ValueError)` works)
+    # built-in name -> a RemoteError subclass that is also that built-in (so `pytest.raises(ValueError)` works)
+    REMOTE = {}
     for name, c in vars(builtins).items():
-        if not (isinstance(c, type) and issubclass(c, Exception)) or issubclass(c, (StopIteration, StopAsyncIteration)): continue
+        if not (isinstance(c, type) and issubclass(c, Exception)): continue
+        if issubclass(c, (StopIteration, StopAsyncIteration)): continue
         for b in c.__mro__:
             try:
                 k = type(b.__name__, (RemoteError, b), {}); k('t', 'm'); REMOTE[name] = k; break
             except Exception: continue
     return SandboxGone, RemoteError, REMOTE
 
+# %% ../../nbs/08d_sandbox_judge.ipynb #ukaiwwou
+def _jdg_reader(resp, cap, state, SandboxGone):
+    "The judge's reader of the sandbox's length-prefixed messages on fd `resp` (its buffer: `state['buf']`)"
+    import os
+    def take(n):
+        while len(state['buf']) < n:
+            c = os.read(resp, 1 << 16)
+            if not c: raise SandboxGone('the sandbox has exited')
+            state['buf'] += c
+        b, state['buf'] = state['buf'][:n], state['buf'][n:]
+        return b
+    def recv():
+        n = int.from_bytes(take(4), 'big')
+        if n > 4 * cap + 1024: raise SandboxGone(f'a message of {n} bytes from the sandbox')
+        return take(n).decode('utf-8', 'surrogatepass')
+    return recv
+
+# %% ../../nbs/08d_sandbox_judge.ipynb #mwuu1ycj
+def _jdg_write_back(a, k, a2, k2):
+    "The sandbox's in-place changes to a call's list, dict and set arguments, copied into the judge's objects"
+    pairs = (list(zip(a, a2 if type(a2) is tuple else ()))
+             + [(k[n], k2[n]) for n in k if type(k2) is dict and n in k2])
+    for x, y in pairs:
+        if type(x) is list and type(y) is list: x[:] = y
+        elif type(x) in (dict, set) and type(y) is type(x): x.clear(); x.update(y)
+
 # %% ../../nbs/08d_sandbox_judge.ipynb #cdd1ca31
 def _jdg_link(job, codec, errors)->tuple:
-    "The judge's end of the calls: `(answer, Remote, state)`; a `Remote` stands for an object that stays in the sandbox"
-    import os
+    "The judge's end of the calls: `(answer, Remote, state)`; a `Remote` stands for an object kept in the sandbox"
     enc, dec, send_msg = codec
     SandboxGone, RemoteError, REMOTE = errors
     req, resp, cap = job['req'], job['resp'], job['max_value']
     state = dict(buf=b'', dead=None, seq=0)
-    def recv():
-        def take(n):
-            while len(state['buf']) < n:
-                c = os.read(resp, 1 << 16)
-                if not c: raise SandboxGone('the sandbox has exited')
-                state['buf'] += c
-            b, state['buf'] = state['buf'][:n], state['buf'][n:]
-            return b
-        n = int.from_bytes(take(4), 'big')
-        if n > 4 * cap + 1024: raise SandboxGone(f'a message of {n} bytes from the sandbox')
-        return take(n).decode('utf-8', 'surrogatepass')
+    recv = _jdg_reader(resp, cap, state, SandboxGone)
     class Remote:
-        "An object that stays in the sandbox: it can be called and its attributes read; it equals only itself and has no truth value"
+        "An object that stays in the sandbox: callable, its attributes readable; equal only to itself, no truth value"
         __slots__ = ('_ref',)
         def __init__(self, ref): object.__setattr__(self, '_ref', ref)
         def __call__(self, *a, **k): return rpc('call', self, a, k)
@@ -96,27 +118,25 @@ def _jdg_link(job, codec, errors)->tuple:
         if type(v) is Remote: return v._ref
         raise TypeError(f'a {type(v).__name__} cannot be passed to the sandbox')
     def answer():
-        try: m = dec(recv(), handle, job['value_memory'])   # one answer decodes to at most the run's own memory
+        # one answer decodes to at most the run's own memory
+        try: m = dec(recv(), handle, job['value_memory'])
         except SandboxGone as e: state['dead'] = str(e); raise
         except Exception as e: state['dead'] = 'malformed message'; raise SandboxGone(state['dead']) from None
         if type(m) is not tuple or len(m) < 2: state['dead'] = 'malformed message'; raise SandboxGone(state['dead'])
         return m
-    def write_back(a, k, a2, k2):
-        pairs = list(zip(a, a2 if type(a2) is tuple else ())) + [(k[n], k2[n]) for n in k if type(k2) is dict and n in k2]
-        for x, y in pairs:
-            if type(x) is list and type(y) is list: x[:] = y
-            elif type(x) in (dict, set) and type(y) is type(x): x.clear(); x.update(y)
     def rpc(op, target, a, k):
         if state['dead']: raise SandboxGone(state['dead'])
         state['seq'] += 1; seq = state['seq']
         text = enc((seq, op, target, a, k), jref, 1 << 28)
         try: send_msg(req, text)
         except OSError: state['dead'] = 'the sandbox has exited'; raise SandboxGone(state['dead']) from None
-        while (m := answer())[0] != seq: pass   # answers to calls that timed out
+        # answers to calls that timed out
+        while (m := answer())[0] != seq: pass
         if m[1] == 'R' and len(m) == 3: return m[2]
-        if m[1] == 'W' and len(m) == 4: write_back(a, k, m[2], m[3]); return None
+        if m[1] == 'W' and len(m) == 4: _jdg_write_back(a, k, m[2], m[3]); return None
         if m[1] == 'E' and len(m) == 4 and type(m[2]) is str and type(m[3]) is str:
-            raise REMOTE.get(m[2], RemoteError)(m[2], m[3])   # a lookup in the judge's own table: nothing is resolved
+            # a lookup in the judge's own table: nothing is resolved
+            raise REMOTE.get(m[2], RemoteError)(m[2], m[3])
         state['dead'] = 'malformed answer'; raise SandboxGone(state['dead'])
     return answer, Remote, state
 
@@ -129,52 +149,73 @@ def _jdg_tb(i):
         os.write(2, f'test {i}: {type(e).__name__}: {e}'[:300].encode('utf-8', 'replace') + b'\n')
     except BaseException: pass
 
+# %% ../../nbs/08d_sandbox_judge.ipynb #cjjz733q
 def _jdg_hello(answer, report, SandboxGone):
-    "The sandbox's first two messages: its isolation (passed on to the caller), then the program's names; `(values, objs)` if it ran"
+    "The sandbox's first two messages: its isolation (for the caller), the program's names; `(values, objs)` if it ran"
     ok = False
     try:
-        m = answer()         # the isolation report, written before the program ran
+        # the isolation report, written before the program ran
+        m = answer()
         if m[0] == 'X': report('X ' + str(m[1]).replace('\n', ' '))
         elif m[0] == 'I':
             report('I ' + str(m[1]).replace('\n', ' '))
-            m = answer()     # the program ran: its names
+            # the program ran: its names
+            m = answer()
             ok = m[:3] == (0, 'S', True) and len(m) == 5 and all(type(x) is dict for x in m[3:])
     except SandboxGone: pass
     return m[3:] if ok else None
 
+# %% ../../nbs/08d_sandbox_judge.ipynb #qvezydex
+def _jdg_star_names(stars)->tuple:
+    "`(names, unresolved)`: the names `from M import *` binds for each M of `stars`; `unresolved` if an import failed"
+    import importlib
+    names, unresolved = set(), False
+    for name in sorted(stars):
+        try:
+            mod = importlib.import_module(name)
+            pub = getattr(mod, '__all__', None)
+            names |= {n for n in (pub if pub is not None else vars(mod)) if type(n) is str
+                      and (pub is not None or n[:1] != '_')}
+        # the tests' own import fails too; no name but the entry point is the program's
+        except BaseException: unresolved = True
+    return names, unresolved
+
+# %% ../../nbs/08d_sandbox_judge.ipynb #byr7ejgc
 def _jdg_namespace(job, values, objs, Remote)->dict:
-    "The tests' namespace: built-ins, the dataset's imports and helpers, then only the names the program alone can supply"
+    "The tests' namespace: built-ins, the dataset's imports and helpers, then only names the program alone can supply"
     import sys, builtins, importlib, types
     entry = job['entry_point']
     base = {'__name__': '__main__', '__builtins__': builtins}
     try:
-        for s in job['imports']: exec(compile(s, '<imports>', 'exec'), base)   # the dataset's imports, trusted
+        # the dataset's imports, trusted
+        for s in job['imports']: exec(compile(s, '<imports>', 'exec'), base)
         if job['helpers']: exec(compile(job['helpers'], '<helpers>', 'exec'), base)
     except BaseException: _jdg_tb('setup')
     if entry: base.pop(entry, None)
-    loaded, bound, stars = job['names']   # read from the tests' syntax trees by the caller
-    unresolved = False
-    for name in sorted(stars):            # what `from M import *` binds in the tests: M's public names, all theirs
-        try:
-            mod = importlib.import_module(name)
-            pub = getattr(mod, '__all__', None)
-            bound |= {n for n in (pub if pub is not None else vars(mod)) if type(n) is str and (pub is not None or n[:1] != '_')}
-        except BaseException: unresolved = True   # the tests' own import fails too; no name but the entry point is the program's
+    # read from the tests' syntax trees by the caller
+    loaded, bound, stars = job['names']
+    # what `from M import *` binds in the tests: M's public names, all theirs
+    starred, unresolved = _jdg_star_names(stars)
+    bound |= starred
     free = {n for n in loaded - bound if n not in base and (n == entry or not hasattr(builtins, n))}
     if unresolved: free &= {entry}
-    for n in free & set(_PURE) - {entry}:   # a standard module's name the tests read is the judge's own module
+    # a standard module's name the tests read is the judge's own module
+    for n in free & set(_PURE) - {entry}:
         try: base[n] = importlib.import_module(n)
         except Exception: pass
     prog = {n: v for n, v in values.items() if type(n) is str and n[:2] != '__'}
     prog.update((n, Remote(r)) for n, r in objs.items() if type(n) is str and n[:2] != '__' and type(r) is int)
-    mine = {n for n in free | {entry} if n in prog and n not in base}   # names only the program can supply
+    # names only the program can supply
+    mine = {n for n in free | {entry} if n in prog and n not in base}
     sol = types.ModuleType('solution')
     sol.__dict__.update(prog)
-    sol.__all__ = sorted(mine)            # `from solution import *` never rebinds a name the tests bind themselves
+    # `from solution import *` never rebinds a name the tests bind themselves
+    sol.__all__ = sorted(mine)
     sys.modules['solution'] = sol
     base.update((n, prog[n]) for n in mine)
     return base
 
+# %% ../../nbs/08d_sandbox_judge.ipynb #wnnz9z0n
 def _jdg_cases(job, base, state, report):
     "Each test case in a fresh copy of `base` (None: the program did not run), under the optional per-case limit"
     import _signal as signal
@@ -195,12 +236,12 @@ def _jdg_cases(job, base, state, report):
 
 # %% ../../nbs/08d_sandbox_judge.ipynb #d663dc27
 def _jdg_main(job, iso):
-    "Judge side (trusted code, confined like the sandbox): run the dataset's tests; each call of the program's objects goes to the sandbox"
+    "Judge side (trusted, confined too): run the dataset's tests; calls of the program's objects go to the sandbox"
     import os, sys
     sys.path.extend(job['path'])
     codec, errors = _sbx_codec(), _jdg_errors()
-    out, tok = job['out'], job['token']
-    def report(s): os.write(out, f'{tok} {s}\n'.encode())
+    out, secret = job['out'], job['token']
+    def report(s): os.write(out, f'{secret} {s}\n'.encode())
     report('J ' + repr(iso))
     answer, Remote, state = _jdg_link(job, codec, errors)
     names = _jdg_hello(answer, report, errors[0])
