@@ -477,7 +477,7 @@ def load_model(name_or_path:str|Path|None=None,  # hub id or local directory (to
                mask_id:int|None=None,             # override the family's / tokenizer's [MASK] id
                seed:int=0,                        # seed of a fresh toy model and of the LoRA initialisation
                grad_ckpt:bool=False,              # activation checkpointing of every block (MDLM.set_grad_ckpt)
-               toy_size:dict|None=None,           # a fresh toy's size: `toy_config` arguments (hidden, layers, ...)
+               toy_size:dict|None=None,           # a fresh toy's size: toy_config arguments (hidden, layers, ...)
                revision:str|None=None             # hub revision (branch, tag or commit) of the checkpoint and its code
               )->MDLM:
     "Load a masked diffusion LM (LLaDA, Dream, any masked LM, the toy) behind the `MDLM` adapter"
