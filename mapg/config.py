@@ -14,6 +14,7 @@ from .rewards import REWARDS
 from .data import load_data, DATASETS
 from .faults import ConfigError, latest_checkpoint
 from .inputs import read_yaml, check_types, check_resume, config_changes, check_records_file
+from .families import FAMILIES
 
 # %% auto #0
 __all__ = ['CFG_TYPES', 'TOY_TASKS', 'MAY_CHANGE', 'RunCfg', 'RolloutCfg', 'UpdateCfg', 'field_docs', 'docments_parser',
@@ -281,7 +282,6 @@ def validate(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg, n_proc:int=1):
     if run.model != 'toy' and not hub_id_or_folder(run.model):
         bad('model', f"no folder {run.model!r} here, and it is not a hub id ('name' or 'namespace/name'); "
             "pass a model folder or a hub id")
-    from mapg.families import FAMILIES
     if run.model_kind != 'auto' and run.model_kind not in FAMILIES:
         bad('model_kind', f"unknown kind {run.model_kind!r}; choose auto or one of {sorted(FAMILIES)}")
     if run.dtype not in ('bfloat16', 'float32'): bad('dtype', f"expected bfloat16 or float32, got {run.dtype!r}")
