@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 import torch
+from fastcore.basics import patch
 from torch import Tensor
 from .core import make_gen
 from .sampler import generate, Rollout
@@ -34,24 +35,55 @@ class Figure:
     op:str='<='       # '<=': the ratio must not exceed the target; '>=': it must reach it
     detail:str=''     # how it was measured (spread, sizes; absolute times on a GPU)
 
-    passed = property(lambda self: self.ratio <= self.target if self.op == '<=' else self.ratio >= self.target)
-    def line(self)->str: return (f"{self.name:<46} {self.ratio:>7.3f}   target {self.op} {self.target:<6.3g} "
-                                 f"{'pass' if self.passed else 'MISS'}   {self.detail}")
-    __str__ = line
-    def _repr_markdown_(self)->str: return figures_table([self])._repr_markdown_()
+# %% ../nbs/14_bench.ipynb #kv731zcd
+@patch(as_prop=True)
+def passed(self:Figure)->bool:
+    "Whether the ratio meets the target"
+    return self.ratio <= self.target if self.op == '<=' else self.ratio >= self.target
+
+# %% ../nbs/14_bench.ipynb #9nlzzy6b
+@patch
+def line(self:Figure)->str:
+    "The figure as one line of a terminal: name, ratio, target, pass or miss, how it was measured"
+    return (f"{self.name:<46} {self.ratio:>7.3f}   target {self.op} {self.target:<6.3g} "
+            f"{'pass' if self.passed else 'MISS'}   {self.detail}")
+
+# %% ../nbs/14_bench.ipynb #nggcjzwu
+@patch
+def __str__(self:Figure)->str:
+    "The figure's `line`"
+    return self.line()
+
+# %% ../nbs/14_bench.ipynb #2qfph3cx
+@patch
+def _repr_markdown_(self:Figure)->str:
+    "The figure as a one-row table"
+    return figures_table([self])._repr_markdown_()
 
 # %% ../nbs/14_bench.ipynb #aff8881b
 class FiguresTable:
     "Benchmark figures as a Markdown table: measured ratio, target, pass or miss, how it was measured"
     def __init__(self, figs:list): self.figs = list(figs)
-    def _repr_markdown_(self)->str:
-        esc = lambda s: str(s).replace('|', '&#124;')
-        rows = [f"| {esc(f.name)} | {f.ratio:.3f} | {'≤' if f.op == '<=' else '≥'} {f.target:.3g} | "
-                f"{'pass' if f.passed else '**miss**'} | {esc(f.detail)} |"
-                for f in self.figs]
-        head = ['| figure | measured | target | result | how it was measured |', '|---|---|---|---|---|']
-        return '\n'.join(head + rows)
-    def __repr__(self)->str: return '\n'.join(f.line() for f in self.figs)
+
+# %% ../nbs/14_bench.ipynb #2cqmoey6
+def _figure_row(f:Figure)->str:
+    "One figure's row of the table, with the pipes in its name and detail escaped"
+    esc = lambda s: str(s).replace('|', '&#124;')
+    return (f"| {esc(f.name)} | {f.ratio:.3f} | {'≤' if f.op == '<=' else '≥'} {f.target:.3g} | "
+            f"{'pass' if f.passed else '**miss**'} | {esc(f.detail)} |")
+
+# %% ../nbs/14_bench.ipynb #mbo5onbm
+@patch
+def _repr_markdown_(self:FiguresTable)->str:
+    "The figures as a Markdown table, one row each"
+    head = ['| figure | measured | target | result | how it was measured |', '|---|---|---|---|---|']
+    return '\n'.join(head + [_figure_row(f) for f in self.figs])
+
+# %% ../nbs/14_bench.ipynb #qzpsm1vm
+@patch
+def __repr__(self:FiguresTable)->str:
+    "One `line` per figure, as a terminal prints them"
+    return '\n'.join(f.line() for f in self.figs)
 
 # %% ../nbs/14_bench.ipynb #9b73911d
 def figures_table(figs:list # the Figure records
@@ -68,6 +100,11 @@ def clock_for(device:str|torch.device)->str:
     "'wall' on a GPU, 'cpu' (this process's CPU time) otherwise"
     return 'wall' if torch.device(device).type == 'cuda' else 'cpu'
 
+# %% ../nbs/14_bench.ipynb #jhdbhrx1
+def _timer(clock:str):
+    "The clock's timer: `time.perf_counter` for 'wall', `time.process_time` (this process's CPU time) otherwise"
+    return time.perf_counter if clock == 'wall' else time.process_time
+
 # %% ../nbs/14_bench.ipynb #e5755ae5
 def interleaved(fns:dict,                      # name -> callable to time
                 repeats:int=5,                 # timed rounds (after one warm-up round)
@@ -75,7 +112,7 @@ def interleaved(fns:dict,                      # name -> callable to time
                 clock:str|None=None            # 'wall' | 'cpu' (None: `clock_for(device)`)
                )->dict:                        # name -> list of `repeats` seconds
     "Time each callable once per round, alternating the order every round, after a warm-up round"
-    now = (time.perf_counter if (clock or clock_for(device)) == 'wall' else time.process_time)
+    now = _timer(clock or clock_for(device))
     out, names = {k: [] for k in fns}, list(fns)
     for i in range(repeats + 1):
         for k in (names if i % 2 else names[::-1]):
@@ -220,11 +257,20 @@ def stepmerge_batching(model:'MDLM', batch:int=4, prompt_len:int=16, n_segments:
 class PassCounter:
     "Counts calls of an `MDLM`'s `forward` and the sequences they carry"
     def __init__(self, model:'MDLM'): self.m, self.calls, self.rows = model, 0, 0
-    def __enter__(self):
-        f = self.f = self.m.forward
-        def fwd(ids, **kw): self.calls += 1; self.rows += ids.shape[0]; return f(ids, **kw)
-        self.m.forward = fwd; return self
-    def __exit__(self, *a): del self.m.forward
+
+# %% ../nbs/14_bench.ipynb #du930ph0
+@patch
+def __enter__(self:PassCounter):
+    "Wrap the model's `forward` so that each call and its rows are counted"
+    f = self.f = self.m.forward
+    def fwd(ids, **kw): self.calls += 1; self.rows += ids.shape[0]; return f(ids, **kw)
+    self.m.forward = fwd; return self
+
+# %% ../nbs/14_bench.ipynb #zkulnpgs
+@patch
+def __exit__(self:PassCounter, *a):
+    "Give the model back its own `forward`"
+    del self.m.forward
 
 # %% ../nbs/14_bench.ipynb #9c66e0af
 def passes_per_cycle(model:'MDLM', prompt_len:int=16, n_segments:int=32, k:int=12, mu:int=12, **gen)->Figure:
@@ -295,6 +341,14 @@ def stepmerge_micro_batching(model:'MDLM', prompts:int=1, group:int=2, n_segment
                                     f"pairs forwarded {pairs[micro_batch]} vs {pairs[None]}",
                         show_abs=model.device.type == 'cuda')
 
+# %% ../nbs/14_bench.ipynb #7k69q1e9
+def _cycle_detail(med:dict, tot:float, r:Rollout, mu:int, k:int, n_segments:int, cuda:bool)->str:
+    "Each phase's share of the cycle and the sizes; on a GPU, each phase's seconds too"
+    d = ', '.join(f"{p} {v / tot:.1%}" for p, v in med.items()) + (
+        f" of the cycle (B={r.B}, mu={mu}, K={k}, N={n_segments}, L={r.L}, T={r.T}; wall clock)")
+    if cuda: d += '; ' + ', '.join(f"{p} {v:.2f} s" for p, v in med.items())
+    return d
+
 # %% ../nbs/14_bench.ipynb #e3d715f4
 def training_cycle(model:'MDLM', prompts:int=2, group:int=4, n_segments:int=32, k:int=12, mu:int=12,
                    repeats:int=2, **gen)->Figure:
@@ -304,7 +358,7 @@ def training_cycle(model:'MDLM', prompts:int=2, group:int=4, n_segments:int=32, 
     upd = UpdateCfg(segments_per_update=k, inner_updates=mu, learning_rate=1e-5)
     opt = torch.optim.AdamW([p for p in model.model.parameters() if p.requires_grad], lr=upd.learning_rate)
     dev, clock, phases = model.device, clock_for(model.device), []
-    now = time.perf_counter if clock == 'wall' else time.process_time
+    now = _timer(clock)
     # round 0 warms up
     for i in range(repeats + 1):
         model.model.eval()
@@ -319,22 +373,33 @@ def training_cycle(model:'MDLM', prompts:int=2, group:int=4, n_segments:int=32, 
     model.model.eval()
     med = {p: statistics.median(x[p] for x in phases) for p in phases[0]}
     tot = sum(med.values())
-    d = ', '.join(f"{p} {v / tot:.1%}" for p, v in med.items()) + (
-        f" of the cycle (B={b.r.B}, mu={mu}, K={k}, N={n_segments}, L={b.r.L}, T={b.r.T}; wall clock)")
-    if dev.type == 'cuda': d += '; ' + ', '.join(f"{p} {v:.2f} s" for p, v in med.items())
+    d = _cycle_detail(med, tot, b.r, mu, k, n_segments, dev.type == 'cuda')
     return Figure('toy training cycle: scoring share', med['scoring'] / tot, 0.10, '<=', d)
 
 # %% ../nbs/14_bench.ipynb #6ac3ced1
 class TokenCounter:
     "Counts the input ids that go through an `MDLM`'s network, on every path that calls it (a forward pre-hook)"
     def __init__(self, model:'MDLM'): self.m, self.tokens = model, 0
-    def __enter__(self):
-        def hook(mod, args, kwargs):
-            ids = kwargs.get('input_ids', args[0] if args else None)
-            self.tokens += ids.numel()
-        self.h = self.m.model.register_forward_pre_hook(hook, with_kwargs=True)
-        return self
-    def __exit__(self, *a): self.h.remove()
+
+# %% ../nbs/14_bench.ipynb #3m1ozgel
+@patch
+def _count_ids(self:TokenCounter, mod, args, kwargs):
+    "The forward pre-hook: add the input ids of the call to the count"
+    ids = kwargs.get('input_ids', args[0] if args else None)
+    self.tokens += ids.numel()
+
+# %% ../nbs/14_bench.ipynb #1n9qi1c5
+@patch
+def __enter__(self:TokenCounter):
+    "Hook the network, so that every forward counts its input ids"
+    self.h = self.m.model.register_forward_pre_hook(self._count_ids, with_kwargs=True)
+    return self
+
+# %% ../nbs/14_bench.ipynb #tyve1hvo
+@patch
+def __exit__(self:TokenCounter, *a):
+    "Take the hook off"
+    self.h.remove()
 
 # %% ../nbs/14_bench.ipynb #5483b838
 def cache_token_counts(prompt_len:int,      # P
@@ -462,22 +527,31 @@ def _bench_todo(a:BenchArgs, m)->dict:
             'cache_tokens': lambda: cache_tokens(m, a.cache_prompt_len, a.segments, a.k, **g),
             'cache_speed': lambda: cache_speed(m, a.batch, a.cache_prompt_len, a.repeats, **g)}
 
+# %% ../nbs/14_bench.ipynb #1iwdtw4o
+def _check_only(only:list):
+    "Refuse figure names the suite does not know"
+    bad = [f for f in only if f not in FIGURES]
+    if bad: raise ValueError(f"only: unknown figure(s) {bad}; choose from {FIGURES}")
+
+# %% ../nbs/14_bench.ipynb #mt9l86f5
+def _print_settings(a:BenchArgs, m):
+    "The suite's first line: model, device, threads, clock and the sizes it measures at"
+    print(f"model={a.model} device={m.device} threads={torch.get_num_threads()} clock={clock_for(m.device)} "
+          f"repeats={a.repeats} L={a.gen_length} block={a.block_length} T={a.steps} N={a.segments} K={a.k} "
+          f"mu={a.mu}", flush=True)
+
 # %% ../nbs/14_bench.ipynb #099c3655
 def run_benchmarks(a:BenchArgs, model:'MDLM|None'=None, show:bool=True)->list:
     "Every figure (or those in `a.only`), measured in one run; print one line each as it comes"
     if a.threads: torch.set_num_threads(a.threads)
-    bad = [f for f in a.only if f not in FIGURES]
-    if bad: raise ValueError(f"only: unknown figure(s) {bad}; choose from {FIGURES}")
+    _check_only(a.only)
     m = model or bench_model(a)
     todo = _bench_todo(a, m)
     if a.model != 'toy' and not a.only:
         todo = {k: v for k, v in todo.items() if k not in ('micro_batching', 'cycle')}
         if show: print("micro_batching and cycle figures left out: they run the toy recipe's prompts (toy model only)")
     out = []
-    if show:
-        print(f"model={a.model} device={m.device} threads={torch.get_num_threads()} clock={clock_for(m.device)} "
-              f"repeats={a.repeats} L={a.gen_length} block={a.block_length} T={a.steps} N={a.segments} K={a.k} "
-              f"mu={a.mu}", flush=True)
+    if show: _print_settings(a, m)
     cuda = m.device.type == 'cuda'
     for name in (a.only or [f for f in FIGURES if f in todo]):
         if cuda: torch.cuda.reset_peak_memory_stats(m.device)
@@ -489,13 +563,17 @@ def run_benchmarks(a:BenchArgs, model:'MDLM|None'=None, show:bool=True)->list:
     if show: print(f"{sum(f.passed for f in out)}/{len(out)} figures meet their targets")
     return out
 
+# %% ../nbs/14_bench.ipynb #dsxtchdc
+def _bench_parser():
+    "The command line's parser: the fields of `BenchArgs`, each with its comment as help"
+    from mapg.config import docments_parser
+    return docments_parser(BenchArgs, config=False,
+                           description="mapg's speed figures against their targets "
+                                       "(ratios, one run, interleaved, repeated).")
+
 # %% ../nbs/14_bench.ipynb #2c8b4b46
 def bench_cli(argv:list|None=None)->list:
     "Parse `BenchArgs` from the command line and run the suite"
     import sys
-    from mapg.config import docments_parser
-    p = docments_parser(BenchArgs, config=False,
-                        description="mapg's speed figures against their targets "
-                                    "(ratios, one run, interleaved, repeated).")
-    ns = vars(p.parse_args(sys.argv[1:] if argv is None else argv))
+    ns = vars(_bench_parser().parse_args(sys.argv[1:] if argv is None else argv))
     return run_benchmarks(BenchArgs(**ns))

@@ -20,19 +20,27 @@ class _KV:
     "One layer's recorded prefix keys/values; `update` is the call an attention makes on a `transformers` cache"
     def __init__(self, n:int): self.n, self.k, self.v, self.block = n, None, None, False
 
-    def update(self, k:Tensor, v:Tensor, *args, **kwargs)->tuple:
-        "Recording: keep the first n positions of `k`, `v` ([B, heads, S, d]); window forward: recorded, then `k`, `v`"
-        if self.block: return torch.cat([self.k, k], -2), torch.cat([self.v, v], -2)
-        self.k, self.v = k[..., :self.n, :], v[..., :self.n, :]
-        return k, v
+# %% ../nbs/04a_cache.ipynb #ynae3reg
+@patch
+def update(self:_KV, k:Tensor, v:Tensor, *args, **kwargs)->tuple:
+    "Recording: keep the first n positions of `k`, `v` ([B, heads, S, d]); window forward: recorded, then `k`, `v`"
+    if self.block: return torch.cat([self.k, k], -2), torch.cat([self.v, v], -2)
+    self.k, self.v = k[..., :self.n, :], v[..., :self.n, :]
+    return k, v
 
-    def get_seq_length(self, *args)->int: return 0 if self.k is None else self.k.shape[-2]
+# %% ../nbs/04a_cache.ipynb #dybs6zlf
+@patch
+def get_seq_length(self:_KV, *args)->int:
+    "Length of the recorded prefix (0 before the recording forward)"
+    return 0 if self.k is None else self.k.shape[-2]
 
-    def rows(self, index:Tensor)->_KV:
-        "The recorded keys/values of the rows `index` of the batch"
-        kv = _KV(self.n)
-        kv.k, kv.v = self.k[index], self.v[index]
-        return kv
+# %% ../nbs/04a_cache.ipynb #pl4j4x2c
+@patch
+def rows(self:_KV, index:Tensor)->_KV:
+    "The recorded keys/values of the rows `index` of the batch"
+    kv = _KV(self.n)
+    kv.k, kv.v = self.k[index], self.v[index]
+    return kv
 
 # %% ../nbs/04a_cache.ipynb #521aefb7
 def _wrap_forward(box:list, cache_arg:str):
@@ -123,16 +131,22 @@ class PrefixCache:
         self.masks = {}
         with self._patched(), _plain_blocks(model): model.forward(ids, **model.forward_kwargs(attn))
 
-    @contextlib.contextmanager
-    def _patched(self):
-        "Route every wrapped attention through its recorder for the duration"
-        old = [vars(m).get(self.attr) for m in self.mods]
-        for m, w in zip(self.mods, self.wrappers): setattr(m, self.attr, w)
-        try: yield
-        finally:
-            for m, o in zip(self.mods, old):
-                delattr(m, self.attr)
-                if o is not None: setattr(m, self.attr, o)
+# %% ../nbs/04a_cache.ipynb #vusltp1q
+def _restore_attrs(mods:list, attr:str, old:list):
+    "Remove the instance attribute `attr` of every module of `mods`, putting back its old value where it had one"
+    for m, o in zip(mods, old):
+        delattr(m, attr)
+        if o is not None: setattr(m, attr, o)
+
+# %% ../nbs/04a_cache.ipynb #vci5lih7
+@patch
+@contextlib.contextmanager
+def _patched(self:PrefixCache):
+    "Route every wrapped attention through its recorder for the duration"
+    old = [vars(m).get(self.attr) for m in self.mods]
+    for m, w in zip(self.mods, self.wrappers): setattr(m, self.attr, w)
+    try: yield
+    finally: _restore_attrs(self.mods, self.attr, old)
 
 # %% ../nbs/04a_cache.ipynb #q5xq8oss
 @patch

@@ -55,19 +55,30 @@ def _rollout_to(r:Rollout, device)->Rollout:
     return dataclasses.replace(r, **{f.name: getattr(r, f.name).to(device) for f in fields(r)
                                      if isinstance(getattr(r, f.name), Tensor)})
 
-# %% ../nbs/12e_checkpoints.ipynb #b2505dc4
-def load_policy(run:RunCfg, roll:RolloutCfg, device:torch.device|str)->MDLM:
-    "The model to train: the pretrained toy or a checkpoint, with LoRA (seeded by the run), 4-bit and checkpointing"
+# %% ../nbs/12e_checkpoints.ipynb #xp0kfe42
+def _policy_source(run:RunCfg, roll:RolloutCfg)->tuple:
+    "(path, kind, dtype) of the model a run starts from: the pretrained toy in float32, or `model` in `dtype`"
     toy = run.model == 'toy'
     path = pretrained_toy(run, roll) if toy else run.model
     kind = 'toy' if toy else run.model_kind
-    dtype = torch.float32 if toy or run.dtype == 'float32' else torch.bfloat16
+    return path, kind, torch.float32 if toy or run.dtype == 'float32' else torch.bfloat16
+
+# %% ../nbs/12e_checkpoints.ipynb #b2505dc4
+def load_policy(run:RunCfg, roll:RolloutCfg, device:torch.device|str)->MDLM:
+    "The model to train: the pretrained toy or a checkpoint, with LoRA (seeded by the run), 4-bit and checkpointing"
+    path, kind, dtype = _policy_source(run, roll)
     lora = dict(r=run.lora_r, lora_alpha=run.lora_alpha, lora_dropout=run.lora_dropout) if run.lora_r else None
     m = load_model(path, kind=kind, dtype=dtype, load_in_4bit=run.load_in_4bit, lora=lora, device=device,
                    seed=run.seed, grad_ckpt=run.grad_ckpt)
     if not lora:
         for p in m.model.parameters(): p.requires_grad_(True)
     return m
+
+# %% ../nbs/12e_checkpoints.ipynb #226vafpn
+def _write_main_files(acc:Accelerator, m:MDLM, d:Path, files:dict):
+    "The main process's part of checkpoint folder `d`: a loadable policy, and the JSON files `files` ({name: object})"
+    _export_policy(acc.unwrap_model(m.model), m.tokenizer, d)
+    for name, obj in files.items(): (d/name).write_text(json.dumps(obj, indent=1))
 
 # %% ../nbs/12e_checkpoints.ipynb #e0cefabc
 def save_checkpoint(acc:Accelerator,      # the run's `Accelerator` (after `prepare`)
@@ -86,17 +97,13 @@ def save_checkpoint(acc:Accelerator,      # the run's `Accelerator` (after `prep
         acc.save_state(str(tmp), safe_serialization=False, **(dict(exclude_frozen_parameters=True) if ds else {}))
         torch.save(dict(rng=_rng_state(gens), buffer=buffer), tmp/f'rank{acc.process_index}.pt')
         if acc.is_main_process:
-            _export_policy(acc.unwrap_model(m.model), m.tokenizer, tmp)
-            for name, obj in {'trainer_state.json': state, 'config.json': cfg, **(extra or {})}.items():
-                (tmp/name).write_text(json.dumps(obj, indent=1))
+            _write_main_files(acc, m, tmp, {'trainer_state.json': state, 'config.json': cfg, **(extra or {})})
     return Path(d)
 
-# %% ../nbs/12e_checkpoints.ipynb #1e11add9
-def load_checkpoint(acc:Accelerator, d:Path, m:MDLM, gens:dict)->tuple:
-    "Restore what `save_checkpoint` wrote (model and optimizer by `accelerator.load_state`): (counters, buffer)"
+# %% ../nbs/12e_checkpoints.ipynb #znxm5zrt
+def _restore_weights(acc:Accelerator, d:Path):
+    "`accelerator.load_state` of checkpoint `d`; refuse one whose trainable weights are not the model's"
     from accelerate.utils import DistributedType
-    d = Path(d)
-    verify(d)
     if acc.distributed_type == DistributedType.DEEPSPEED: acc.load_state(str(d), load_module_strict=False)
     else:
         # names only: nothing read twice
@@ -105,12 +112,23 @@ def load_checkpoint(acc:Accelerator, d:Path, m:MDLM, gens:dict)->tuple:
         if diff := sorted(set(w) ^ want):
             raise ValueError(f"resume_from_checkpoint: {d} holds other trainable weights: {diff[:3]}")
         acc.load_state(str(d), strict=False)
+
+# %% ../nbs/12e_checkpoints.ipynb #1ekp6877
+def _restore_rank(acc:Accelerator, d:Path, m:MDLM, gens:dict)->list|None:
+    "This process's random states (`gens`' too) from checkpoint `d`, and its rollout buffer, on the model's device"
     st = torch.load(d/f'rank{acc.process_index}.pt', map_location='cpu', weights_only=False)
     _set_rng_state(st['rng'], gens)
-    buf = st['buffer']
-    if buf is not None:
-        # saved from the device, loaded on the CPU
-        for b in buf: b.r, b.adv = _rollout_to(b.r, m.device), b.adv.to(m.device)
+    # saved from the device, loaded on the CPU
+    for b in st['buffer'] or []: b.r, b.adv = _rollout_to(b.r, m.device), b.adv.to(m.device)
+    return st['buffer']
+
+# %% ../nbs/12e_checkpoints.ipynb #1e11add9
+def load_checkpoint(acc:Accelerator, d:Path, m:MDLM, gens:dict)->tuple:
+    "Restore what `save_checkpoint` wrote (model and optimizer by `accelerator.load_state`): (counters, buffer)"
+    d = Path(d)
+    verify(d)
+    _restore_weights(acc, d)
+    buf = _restore_rank(acc, d, m, gens)
     return json.loads((d/'trainer_state.json').read_text()), buf
 
 # %% ../nbs/12e_checkpoints.ipynb #1818d409
@@ -129,13 +147,17 @@ def checkpoint_to_resume(run:RunCfg)->Path|None:
     except (OSError, ValueError) as e: raise ValueError(f"resume_from_checkpoint: {e}") from None
     return d
 
+# %% ../nbs/12e_checkpoints.ipynb #t1ggw01m
+def _without_resume(args:list)->list:
+    "`args` without their `--resume_from_checkpoint` flag and its value"
+    i = next((j for j, a in enumerate(args) if a.split('=')[0] == '--resume_from_checkpoint'), None)
+    return args if i is None else args[:i] + args[i + (1 if '=' in args[i] else 2):]
+
 # %% ../nbs/12e_checkpoints.ipynb #tr5resume01
 def resume_command(out:Path)->str:
     "The command that resumes the run in `out` (the same launcher and arguments, resuming its latest checkpoint)"
     import shlex, sys
-    args = [a for a in sys.argv[1:]]
-    i = next((j for j, a in enumerate(args) if a.split('=')[0] == '--resume_from_checkpoint'), None)
-    if i is not None: args = args[:i] + args[i + (1 if '=' in args[i] else 2):]
+    args = _without_resume(sys.argv[1:])
     launched = 'ACCELERATE_DYNAMO_BACKEND' in os.environ or 'LOCAL_RANK' in os.environ
     launch = 'accelerate launch' if launched else 'python'
     return ' '.join([launch, shlex.quote(sys.argv[0] or 'scripts/train.py'), *map(shlex.quote, args),

@@ -36,6 +36,12 @@ def check_transformers(kind:str,            # a key of `FAMILIES`
             f"transformers{TRANSFORMERS_RANGE} (4.x as it is, 5.x adapted at load time; installed: {v}). "
             f"Install a tested version: pip install 'transformers{TRANSFORMERS_RANGE}'")
 
+# %% ../nbs/03a_compat.ipynb #e4gnjhx9
+def _config_inv_freq(cfg)->tuple:
+    "(head dim, the rotary `inv_freq` that `cfg`'s `rope_theta` defines, in float32 on the CPU)"
+    dim = getattr(cfg, 'head_dim', None) or cfg.hidden_size // cfg.num_attention_heads
+    return dim, 1.0 / cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+
 # %% ../nbs/03a_compat.ipynb #c5d4529a
 def check_rotary(model:nn.Module # a loaded model
                 ):
@@ -43,8 +49,7 @@ def check_rotary(model:nn.Module # a loaded model
     for n, mod in model.named_modules():
         inv, cfg = getattr(mod, 'inv_freq', None), getattr(mod, 'config', None)
         if not isinstance(inv, Tensor) or cfg is None or getattr(mod, 'rope_type', 'default') != 'default': continue
-        dim = getattr(cfg, 'head_dim', None) or cfg.hidden_size // cfg.num_attention_heads
-        want = 1.0 / cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+        dim, want = _config_inv_freq(cfg)
         got = inv.detach().float().cpu()
         if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-2, atol=0):
             raise RuntimeError(
@@ -122,6 +127,15 @@ def _adapt_generation_configs(cls:type, notes:list):
         if miss and not getattr(c.validate, '__mapg_adapted__', False): c.validate = _drop_kw(c.validate, miss)
         if getattr(c.validate, '__mapg_adapted__', False): notes.append(f'{c.__name__}.validate(**kwargs)')
 
+# %% ../nbs/03a_compat.ipynb #00sheajo
+def _late_post_init(model:PreTrainedModel, notes:list):
+    "Run `post_init`'s registrations on a model whose class never called it, leaving its weights as they are"
+    # the weights are left to its own initialisation and the checkpoint
+    model.init_weights = lambda: None
+    try: PreTrainedModel.post_init(model)
+    finally: del model.init_weights
+    _note(notes, 'post_init')
+
 # %% ../nbs/03a_compat.ipynb #cmpt0013
 def _adapted_init(init, notes:list):
     "`init` run with the rope table's `'default'` entry, then `post_init`'s registrations if it never called it"
@@ -129,13 +143,8 @@ def _adapted_init(init, notes:list):
         with _rope_default(): init(self, *args, **kwargs)
         if any(getattr(mod, 'rope_init_fn', None) is _default_rope for mod in self.modules()):
             _note(notes, "rope 'default'")
-        # it never called post_init: register what post_init registers ...
-        if not hasattr(self, 'all_tied_weights_keys'):
-            # ... and leave the weights to its own initialisation and the checkpoint
-            self.init_weights = lambda: None
-            try: PreTrainedModel.post_init(self)
-            finally: del self.init_weights
-            _note(notes, 'post_init')
+        # it never called post_init: register what post_init registers
+        if not hasattr(self, 'all_tied_weights_keys'): _late_post_init(self, notes)
     return functools.wraps(init)(__init__)
 
 # %% ../nbs/03a_compat.ipynb #adpt0003

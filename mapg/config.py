@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect, json, math, re, types
 from dataclasses import dataclass, asdict, fields
 from pathlib import Path
+from fastcore.basics import patch
 import torch
 from .policy import GenSettings
 from .objectives import LOSSES, ADV_KINDS
@@ -83,10 +84,12 @@ class RolloutCfg:
     n_segments:int=32                     # N: StepMerge segments
     max_prompt_len:int|None=None          # keep the last this many tokens of each prompt (None: never cut)
 
-    def settings(self)->GenSettings:
-        "The `GenSettings` of the rollouts"
-        return GenSettings(self.gen_length, self.block_length, self.steps, self.temperature, self.remasking,
-                           self.pos_temperature, self.score, self.cache)
+# %% ../nbs/12_config.ipynb #5wkvaq04
+@patch
+def settings(self:RolloutCfg)->GenSettings:
+    "The `GenSettings` of the rollouts"
+    return GenSettings(self.gen_length, self.block_length, self.steps, self.temperature, self.remasking,
+                       self.pos_temperature, self.score, self.cache)
 
 # %% ../nbs/12_config.ipynb #866f2a6d
 @dataclass
@@ -112,14 +115,19 @@ class UpdateCfg:
 # %% ../nbs/12_config.ipynb #2efe7d16
 CFG_TYPES = (RunCfg, RolloutCfg, UpdateCfg)
 
-# %% ../nbs/12_config.ipynb #5ms7dwd9
-def field_docs(cls)->dict:
-    "Every field's help text: its inline comment, or else the comment lines right above it"
-    try: src = inspect.getsource(cls)
+# %% ../nbs/12_config.ipynb #3nmfkqj6
+def _class_source(cls)->str:
+    "The source of class `cls`"
+    try: return inspect.getsource(cls)
     except OSError:
         # defined interactively (a notebook): read the exported module's copy
         import importlib
-        src = inspect.getsource(getattr(importlib.import_module('mapg.config'), cls.__name__))
+        return inspect.getsource(getattr(importlib.import_module('mapg.config'), cls.__name__))
+
+# %% ../nbs/12_config.ipynb #5ms7dwd9
+def field_docs(cls)->dict:
+    "Every field's help text: its inline comment, or else the comment lines right above it"
+    src = _class_source(cls)
     names = {f.name for f in fields(cls)}
     out, above = {}, []
     for line in src.splitlines():
@@ -154,17 +162,22 @@ def docments_parser(cls,               # a dataclass, or a tuple of them, whose 
                        help='YAML file of defaults for any option above (the command line wins)')
     return p
 
+# %% ../nbs/12_config.ipynb #c1zme63i
+def _label_no_flags(p):
+    "Give the negative flag (`--no_x`) of each bool field of the configs its help: it sets the field to false"
+    docs = {k: v for t in CFG_TYPES for k, v in field_docs(t).items()}
+    for a in p._actions:
+        # the negative flag of a bool field
+        if a.dest in docs and a.option_strings and a.option_strings[0].startswith('--no_'):
+            a.help = f"set {a.dest} to false ({a.dest}: {docs[a.dest]})"
+
 # %% ../nbs/12_config.ipynb #5440bb55
 def cfg_parser():
     "`docments_parser` over the three configs: the fields' comments are the help, `--config` a YAML file of fields"
     p = docments_parser(CFG_TYPES, config=False,
                         description="Mask-aware policy-gradient training of a masked diffusion LM. "
                                     "Fields come from --config (YAML), then from the command line.")
-    docs = {k: v for t in CFG_TYPES for k, v in field_docs(t).items()}
-    for a in p._actions:
-        # the negative flag of a bool field
-        if a.dest in docs and a.option_strings and a.option_strings[0].startswith('--no_'):
-            a.help = f"set {a.dest} to false ({a.dest}: {docs[a.dest]})"
+    _label_no_flags(p)
     p.add_argument('--config', default=None, help="YAML file of field: value pairs (command-line flags override it)")
     return p
 
@@ -198,6 +211,20 @@ _RANGES = dict(
     adam_beta1=(0, 1, True, False), adam_beta2=(0, 1, True, False), weight_decay=(0, None),
     max_grad_norm=(0, None, False), grad_accum=(1, None), micro_batch=(1, None), max_prompt_len=(1, None))
 
+# %% ../nbs/12_config.ipynb #tcj9fvvf
+def _outside(v, lo, hi, lo_in:bool, hi_in:bool)->bool:
+    "Whether `v` is below `lo` or above `hi` (each bound included or not; None: no bound)"
+    below = lo is not None and (v < lo or (v == lo and not lo_in))
+    above = hi is not None and (v > hi or (v == hi and not hi_in))
+    return below or above
+
+# %% ../nbs/12_config.ipynb #ie1f5le7
+def _bounds_text(lo, hi, lo_in:bool, hi_in:bool)->str:
+    "The bounds in words, e.g. '>= 0 and < 1'"
+    bounds = (lo is not None and f"{'>=' if lo_in else '>'} {lo}",
+              hi is not None and f"{'<=' if hi_in else '<'} {hi}")
+    return ' and '.join(s for s in bounds if s)
+
 # %% ../nbs/12_config.ipynb #ovbjfh64
 def _check_ranges(cfgs):
     "Raise on the first numeric field outside its `_RANGES` bounds, or a float field that is not finite"
@@ -210,12 +237,8 @@ def _check_ranges(cfgs):
             if f.name not in _RANGES: continue
             lo, hi, *inc = _RANGES[f.name]
             lo_in, hi_in = (inc + [True, True])[:2]
-            below = lo is not None and (v < lo or (v == lo and not lo_in))
-            above = hi is not None and (v > hi or (v == hi and not hi_in))
-            if below or above:
-                bounds = (lo is not None and f"{'>=' if lo_in else '>'} {lo}",
-                          hi is not None and f"{'<=' if hi_in else '<'} {hi}")
-                raise ConfigError(f.name, f"must be {' and '.join(s for s in bounds if s)}, got {v}")
+            if _outside(v, lo, hi, lo_in, hi_in):
+                raise ConfigError(f.name, f"must be {_bounds_text(lo, hi, lo_in, hi_in)}, got {v}")
 
 # %% ../nbs/12_config.ipynb #2436ab81
 def hub_id_or_folder(model:str)->bool:
@@ -319,14 +342,10 @@ def resolved_config(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->dict:
                     accelerate=version('accelerate'))
     return {**asdict(run), **asdict(roll), **asdict(upd), 'versions': versions}
 
-# %% ../nbs/12_config.ipynb #1afa01b7
-def check_output_dir(run:RunCfg, cfg:dict, ckpt:Path|None=None):
-    "Refuse an `output_dir` holding another run or unresumed checkpoints; compare a resumed config field by field"
+# %% ../nbs/12_config.ipynb #zsofc6zi
+def _check_fresh_dir(run:RunCfg, cfg:dict):
+    "Refuse an `output_dir` whose config.json is another run's, or that holds checkpoints of this run"
     out = Path(run.output_dir)
-    if ckpt is not None:
-        old = json.loads((ckpt/'config.json').read_text())
-        check_resume(old, cfg, MAY_CHANGE, where=str(ckpt))
-        return
     p = out/'config.json'
     if p.exists():
         allowed, refused = config_changes(json.loads(p.read_text()), cfg, MAY_CHANGE)
@@ -336,3 +355,10 @@ def check_output_dir(run:RunCfg, cfg:dict, ckpt:Path|None=None):
     if latest_checkpoint(out, warn=lambda s: None) is not None:
         raise ConfigError('output_dir', f"{run.output_dir!r} already holds checkpoints of this run; resume it with "
                           "--resume_from_checkpoint latest, or choose another output_dir")
+
+# %% ../nbs/12_config.ipynb #1afa01b7
+def check_output_dir(run:RunCfg, cfg:dict, ckpt:Path|None=None):
+    "Refuse an `output_dir` holding another run or unresumed checkpoints; compare a resumed config field by field"
+    if ckpt is None: return _check_fresh_dir(run, cfg)
+    old = json.loads((ckpt/'config.json').read_text())
+    check_resume(old, cfg, MAY_CHANGE, where=str(ckpt))

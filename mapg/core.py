@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 import torch, torch.nn.functional as F
 from torch import Tensor, nn
+from fastcore.basics import patch
 from fastcore.meta import delegates
 
 # %% auto #0
@@ -59,41 +60,68 @@ def _anno(t)->str:
     s = t if isinstance(t, str) else getattr(t, '__name__', None) or str(t).replace('typing.', '')
     return re.sub(r'\s*\|\s*', ' or ', s)
 
-# %% ../nbs/00_core.ipynb #yamr7vqx
-def _exported(cls:type)->type:
-    "The class of that name in the exported package (a notebook's copy of a class has no source to read comments from)"
-    if cls.__module__.startswith('mapg.'): return cls
+# %% ../nbs/00_core.ipynb #t0ywcvox
+def _loaded_class(cls:type)->type|None:
+    "The class named like `cls` in a mapg module already imported (None if there is none)"
     import sys
-    # a module already imported
     for m in [m for m in sys.modules if m.startswith('mapg.')]:
         c = getattr(sys.modules[m], cls.__qualname__, None)
         if isinstance(c, type) and c.__module__ == m: return c
-    # else: the package's index of symbols
+
+# %% ../nbs/00_core.ipynb #qgl30dg7
+def _indexed_class(cls:type)->type:
+    "The class named like `cls` found through the package's index of symbols (`cls` itself if it is not there)"
     try: from mapg._modidx import d
     except ImportError: return cls
     mod = next((m for m, syms in d['syms'].items() if f'{m}.{cls.__qualname__}' in syms), None)
     return getattr(importlib.import_module(mod), cls.__qualname__) if mod else cls
 
+# %% ../nbs/00_core.ipynb #yamr7vqx
+def _exported(cls:type)->type:
+    "The class of that name in the exported package (a notebook's copy of a class has no source to read comments from)"
+    if cls.__module__.startswith('mapg.'): return cls
+    c = _loaded_class(cls)
+    return c if c is not None else _indexed_class(cls)
+
 # %% ../nbs/00_core.ipynb #0e3ef094
 class FieldTable:
     "A record's fields as a Markdown table (field, type, default, meaning), read from its source"
     def __init__(self, cls): self.cls = cls
-    def rows(self)->list:
-        "(field, type, default, meaning) per field, as text"
-        from fastcore.docments import docments
-        dm, out = docments(_exported(self.cls), full=True), []
-        for f in dataclasses.fields(self.cls):
-            d = '' if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING else \
-                repr(f.default) if f.default is not dataclasses.MISSING else f'{f.default_factory.__name__}()'
-            out.append((f.name, _anno(f.type), d, ' '.join((dm.get(f.name, {}).get('docment') or '').split())))
-        return out
-    def _repr_markdown_(self)->str:
-        code = lambda s: (f'`{s}`' if '|' not in s and '`' not in s else s.replace('|', '&#124;')) if s else ''
-        return '\n'.join(['| Field | Type | Default | Meaning |', '|---|---|---|---|'] +
-                          [f"| `{n}` | {code(t)} | {code(d)} | {m.replace('|', '&#124;')} |"
-                           for n, t, d, m in self.rows()])
-    def __repr__(self)->str: return '\n'.join(f'{n}: {t}' + (f' = {d}' if d else '') + (f'  # {m}' if m else '')
-                                              for n, t, d, m in self.rows())
+
+# %% ../nbs/00_core.ipynb #jdp6qls8
+def _field_default(f:dataclasses.Field)->str:
+    "A dataclass field's default as text: its repr, the factory's call for a default factory, '' when it has none"
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING: return ''
+    return repr(f.default) if f.default is not dataclasses.MISSING else f'{f.default_factory.__name__}()'
+
+# %% ../nbs/00_core.ipynb #pcdbj3jv
+@patch
+def rows(self:FieldTable)->list:
+    "(field, type, default, meaning) per field, as text"
+    from fastcore.docments import docments
+    dm = docments(_exported(self.cls), full=True)
+    return [(f.name, _anno(f.type), _field_default(f), ' '.join((dm.get(f.name, {}).get('docment') or '').split()))
+            for f in dataclasses.fields(self.cls)]
+
+# %% ../nbs/00_core.ipynb #2vaghgzz
+def _md_cell(s:str)->str:
+    "A table cell: `s` in backticks, or with its pipes escaped when it holds a pipe or a backtick ('' stays '')"
+    return (f'`{s}`' if '|' not in s and '`' not in s else s.replace('|', '&#124;')) if s else ''
+
+# %% ../nbs/00_core.ipynb #xhrruka3
+@patch
+def _repr_markdown_(self:FieldTable)->str:
+    "The table in Markdown, one row per field; a pipe in a type, default or comment is escaped"
+    return '\n'.join(['| Field | Type | Default | Meaning |', '|---|---|---|---|'] +
+                     [f"| `{n}` | {_md_cell(t)} | {_md_cell(d)} | {m.replace('|', '&#124;')} |"
+                      for n, t, d, m in self.rows()])
+
+# %% ../nbs/00_core.ipynb #h6aj1gja
+@patch
+def __repr__(self:FieldTable)->str:
+    "One line per field: its name, type, default and comment"
+    return '\n'.join(f'{n}: {t}' + (f' = {d}' if d else '') + (f'  # {m}' if m else '')
+                     for n, t, d, m in self.rows())
 
 # %% ../nbs/00_core.ipynb #6e9dc1c7
 def fields_table(cls # a dataclass whose fields carry docments
@@ -110,18 +138,26 @@ class Tok:
     eos_ids:tuple        # ids that end a completion (EOS, end-of-turn)
     pad_id:int|None=None # padding token
 
-    @classmethod
-    def from_tokenizer(cls, tok, mask_id:int|None=None, extra_eos:tuple=()):
-        "Read the ids from a `transformers` tokenizer; `mask_id` overrides the tokenizer's own"
-        mid = tok.mask_token_id if mask_id is None else mask_id
-        if mid is None: raise ValueError("the tokenizer has no mask token: pass `mask_id`")
-        eos = tuple(dict.fromkeys([i for i in [tok.eos_token_id, *extra_eos] if i is not None]))
-        if not eos: raise ValueError("the tokenizer has no eos token: pass `extra_eos`")
-        return cls(mask_id=mid, eos_ids=eos, pad_id=tok.pad_token_id)
+# %% ../nbs/00_core.ipynb #tqbprqi8
+def _eos_ids(tok, extra_eos:tuple)->tuple:
+    "The tokenizer's EOS id and `extra_eos`, in order, each once; raise if there are none"
+    eos = tuple(dict.fromkeys([i for i in [tok.eos_token_id, *extra_eos] if i is not None]))
+    if not eos: raise ValueError("the tokenizer has no eos token: pass `extra_eos`")
+    return eos
 
-    def is_eos(self, ids:Tensor)->Tensor:
-        "bool, same shape as `ids`: True at end-of-sequence tokens"
-        return torch.isin(ids, torch.tensor(self.eos_ids, device=ids.device))
+# %% ../nbs/00_core.ipynb #ufp2pzbh
+@patch(cls_method=True)
+def from_tokenizer(cls:Tok, tok, mask_id:int|None=None, extra_eos:tuple=()):
+    "Read the ids from a `transformers` tokenizer; `mask_id` overrides the tokenizer's own"
+    mid = tok.mask_token_id if mask_id is None else mask_id
+    if mid is None: raise ValueError("the tokenizer has no mask token: pass `mask_id`")
+    return cls(mask_id=mid, eos_ids=_eos_ids(tok, extra_eos), pad_id=tok.pad_token_id)
+
+# %% ../nbs/00_core.ipynb #zmyecy92
+@patch
+def is_eos(self:Tok, ids:Tensor)->Tensor:
+    "bool, same shape as `ids`: True at end-of-sequence tokens"
+    return torch.isin(ids, torch.tensor(self.eos_ids, device=ids.device))
 
 # %% ../nbs/00_core.ipynb #3551a6b7
 _SOURCE_LINK = re.compile(r'\[source\]\([^)\s]*\)\{target="_blank"[^}]*\}\s*')
@@ -189,16 +225,20 @@ def seeded(seed:int,            # seed of the construction
         torch.manual_seed(seed)
         return build()
 
+# %% ../nbs/00_core.ipynb #5dtgsi3d
+def _init_param(name:str, p:Tensor, g:torch.Generator):
+    "One parameter, in place, from `g`: unit-variance embeddings, 1/sqrt(fan_in) matrices, unit norms, zero biases"
+    if p.dim() > 1:
+        p.copy_(torch.randn(p.shape, generator=g) * (1. if 'embeddings' in name else p.shape[1] ** -0.5))
+    elif name.endswith('LayerNorm.weight'): p.fill_(1.)
+    else: p.zero_()
+
 # %% ../nbs/00_core.ipynb #36c311db
 def _toy_init(model, seed:int):
     "PyTorch's default scales (unit-variance embeddings, 1/sqrt(fan_in)) from our own generator: any `transformers`"
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=g) * (1. if 'embeddings' in name else p.shape[1] ** -0.5))
-            elif name.endswith('LayerNorm.weight'): p.fill_(1.)
-            else: p.zero_()
+        for name, p in model.named_parameters(): _init_param(name, p, g)
     return model
 
 # %% ../nbs/00_core.ipynb #efa0cff5
@@ -276,13 +316,18 @@ def left_pad(seqs:list,            # token id lists
     attn = torch.tensor([[False] * (P - len(s)) + [True] * len(s) for s in seqs])
     return ids, attn
 
+# %% ../nbs/00_core.ipynb #q5iofjfl
+def _check_sizes(got:dict, sizes:dict, name:str, shape:tuple):
+    "Raise if a dim named in `sizes` has another size in `got` (the sizes by name of the tensor `name`)"
+    for k, v in sizes.items():
+        if k in got and got[k] != v:
+            raise ValueError(f"{name}: dim {k} should be {v}, got {got[k]} (shape {shape})")
+
 # %% ../nbs/00_core.ipynb #01d7bf13
 def chk_shape(x:Tensor, dims:str, name:str='tensor', **sizes)->dict:
     "Check that `x` has the dims named in `dims` (space-separated) and the given `sizes`; return the sizes by name"
     names = dims.split()
     if x.dim() != len(names): raise ValueError(f"{name} should have shape [{', '.join(names)}], got {tuple(x.shape)}")
     got = dict(zip(names, x.shape))
-    for k, v in sizes.items():
-        if k in got and got[k] != v:
-            raise ValueError(f"{name}: dim {k} should be {v}, got {got[k]} (shape {tuple(x.shape)})")
+    _check_sizes(got, sizes, name, tuple(x.shape))
     return got

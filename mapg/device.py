@@ -6,6 +6,7 @@
 from __future__ import annotations
 import contextlib
 import torch
+from fastcore.basics import patch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -81,34 +82,49 @@ class _Dispatch(TorchDispatchMode):
     "Checks the devices of every operation's tensors (backward included) and gives its outputs their device"
     def __init__(self, device:torch.device): super().__init__(); self.device = device
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
-        want = _dev(kwargs.get('device'))
-        # shapes only: nothing to mix
-        if want is not None and want.type == 'meta': return func(*args, **kwargs)
-        if want is not None and want.type != 'cpu':
-            if want.type != self.device.type:
-                raise DeviceMixError(f"{func}: device {want} in a run guarded as {self.device}")
-            # the values live on the CPU
-            kwargs['device'] = _CPU
-        # PyTorch's own code reads the physical device: the inputs decide, as below
-        elif want is not None: want = None
-        ts = _tensors((args[0], *args[2:]) if func in _INDEXED else args, kwargs.values())
-        devs = {vdevice(t) for t in ts if not _cpu_scalar(t)}
-        if len(devs) > 1 and func not in _MIXING: raise _mixed(func, devs, args, kwargs)
-        out = func(*args, **kwargs)
-        # the destination keeps its device
-        if func in (_aten.copy_.default, _aten.set_.source_Tensor): return out
-        outs = _tensors((out,))
-        # in place: keeps its device
-        if ts and _mutable(func) and any(o is ts[0] for o in outs): return out
-        if want is not None: dev = want
-        elif func is _aten._to_copy.default or len(devs) > 1: dev = vdevice(args[0])
-        elif devs: dev = next(iter(devs))
-        # CPU scalars only
-        else: dev = vdevice(ts[0]) if ts else _CPU
-        for o in outs: _mark(o, dev)
-        return out
+# %% ../nbs/15_device.ipynb #v1t3m3kl
+@patch
+def _asked(self:_Dispatch, func, want:torch.device|None, kwargs:dict)->torch.device|None:
+    "The device a `device` argument gives the outputs (None: the inputs decide); the values are made on the CPU"
+    if want is not None and want.type != 'cpu':
+        if want.type != self.device.type:
+            raise DeviceMixError(f"{func}: device {want} in a run guarded as {self.device}")
+        # the values live on the CPU
+        kwargs['device'] = _CPU
+        return want
+    # PyTorch's own code reads the physical device: the inputs decide, as below
+    return None
+
+# %% ../nbs/15_device.ipynb #a455yio2
+def _label_outputs(func, args:tuple, ts:list, devs:set, want:torch.device|None, out):
+    "Give an operation's outputs their device: the one asked for, else their inputs'; in place, they keep theirs"
+    # the destination keeps its device
+    if func in (_aten.copy_.default, _aten.set_.source_Tensor): return
+    outs = _tensors((out,))
+    # in place: keeps its device
+    if ts and _mutable(func) and any(o is ts[0] for o in outs): return
+    if want is not None: dev = want
+    elif func is _aten._to_copy.default or len(devs) > 1: dev = vdevice(args[0])
+    elif devs: dev = next(iter(devs))
+    # CPU scalars only
+    else: dev = vdevice(ts[0]) if ts else _CPU
+    for o in outs: _mark(o, dev)
+
+# %% ../nbs/15_device.ipynb #jfnz9vnx
+@patch
+def __torch_dispatch__(self:_Dispatch, func, types, args=(), kwargs=None):
+    "Check the devices of the operation's tensors, run it on their CPU values, and label its outputs"
+    kwargs = dict(kwargs or {})
+    want = _dev(kwargs.get('device'))
+    # shapes only: nothing to mix
+    if want is not None and want.type == 'meta': return func(*args, **kwargs)
+    want = self._asked(func, want, kwargs)
+    ts = _tensors((args[0], *args[2:]) if func in _INDEXED else args, kwargs.values())
+    devs = {vdevice(t) for t in ts if not _cpu_scalar(t)}
+    if len(devs) > 1 and func not in _MIXING: raise _mixed(func, devs, args, kwargs)
+    out = func(*args, **kwargs)
+    _label_outputs(func, args, ts, devs, want, out)
+    return out
 
 # %% ../nbs/15_device.ipynb #57a76b5a
 def _to_args(args:tuple, kwargs:dict)->tuple:
@@ -137,40 +153,52 @@ class _Function(TorchFunctionMode):
     "Moves between devices (`to`, `cuda`, `cpu`, `torch.tensor(..., device=)`), checks generators and `.numpy()`"
     def __init__(self, device:torch.device): super().__init__(); self.device = device
 
-    def _move(self, func, args, kwargs):
-        src, kw = args[0], {}
-        if func is Tensor.cpu: dev = _CPU
-        elif func is Tensor.cuda: dev = self.device
-        else: dev, kw = _to_args(args[1:], kwargs)
-        if dev is None: return Tensor.to(src, **kw)
-        if dev.type == 'meta' or _real_device.__get__(src).type == 'meta': return func(*args, **kwargs)
-        if dev.type not in ('cpu', self.device.type):
-            raise DeviceMixError(f"to: device {dev} in a run guarded as {self.device}")
-        dev = self.device if dev.type != 'cpu' else _CPU
-        # a move makes a new tensor, as between real devices
-        if vdevice(src) != dev: kw['copy'] = True
-        out = Tensor.to(src, **kw) if kw else src
-        return out if out is src else _mark(out, dev)
+# %% ../nbs/15_device.ipynb #if0b2qks
+@patch
+def _move(self:_Function, func, args, kwargs):
+    "A `to`, `cuda` or `cpu` call: a copy that carries the device it goes to, as between real devices"
+    src, kw = args[0], {}
+    if func is Tensor.cpu: dev = _CPU
+    elif func is Tensor.cuda: dev = self.device
+    else: dev, kw = _to_args(args[1:], kwargs)
+    if dev is None: return Tensor.to(src, **kw)
+    if dev.type == 'meta' or _real_device.__get__(src).type == 'meta': return func(*args, **kwargs)
+    if dev.type not in ('cpu', self.device.type):
+        raise DeviceMixError(f"to: device {dev} in a run guarded as {self.device}")
+    dev = self.device if dev.type != 'cpu' else _CPU
+    # a move makes a new tensor, as between real devices
+    if vdevice(src) != dev: kw['copy'] = True
+    out = Tensor.to(src, **kw) if kw else src
+    return out if out is src else _mark(out, dev)
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
-        _generator_check(func, args, kwargs)
-        if func in (Tensor.to, Tensor.cuda, Tensor.cpu): return self._move(func, args, kwargs)
-        if func is Tensor.numpy and vdevice(args[0]).type != 'cpu':
-            raise TypeError(f"can't convert {vdevice(args[0])} device type tensor to numpy. "
-                            "Use Tensor.cpu() to copy the tensor to host memory first.")
-        dev = _dev(kwargs.get('device'))
-        if dev is None or dev.type == 'meta': return func(*args, **kwargs)
-        dev = _CPU if dev.type == 'cpu' else self.device
-        # these would stop at a CUDA device guard
-        if func in (torch.tensor, torch.as_tensor, torch.asarray):
-            kwargs.pop('device')
-            out = func(*args, **kwargs)
-            # to a GPU is a copy
-            if dev.type != 'cpu' and out is (args[0] if args else None): out = out.clone()
-        else: out = func(*args, **kwargs)
-        # a device asked for by name is where it goes
-        return tree_map(lambda o: _mark(o, dev), out)
+# %% ../nbs/15_device.ipynb #kr3sofac
+@patch
+def _made_on(self:_Function, func, args, kwargs, dev:torch.device):
+    "Run a call that names a (non-meta) `device`, its values made on the CPU, and give its outputs that device"
+    dev = _CPU if dev.type == 'cpu' else self.device
+    # these would stop at a CUDA device guard
+    if func in (torch.tensor, torch.as_tensor, torch.asarray):
+        kwargs.pop('device')
+        out = func(*args, **kwargs)
+        # to a GPU is a copy
+        if dev.type != 'cpu' and out is (args[0] if args else None): out = out.clone()
+    else: out = func(*args, **kwargs)
+    # a device asked for by name is where it goes
+    return tree_map(lambda o: _mark(o, dev), out)
+
+# %% ../nbs/15_device.ipynb #c3vjmo2t
+@patch
+def __torch_function__(self:_Function, func, types, args=(), kwargs=None):
+    "Moves, the generator and `.numpy()` checks, and the device of what a call makes on a named device"
+    kwargs = dict(kwargs or {})
+    _generator_check(func, args, kwargs)
+    if func in (Tensor.to, Tensor.cuda, Tensor.cpu): return self._move(func, args, kwargs)
+    if func is Tensor.numpy and vdevice(args[0]).type != 'cpu':
+        raise TypeError(f"can't convert {vdevice(args[0])} device type tensor to numpy. "
+                        "Use Tensor.cpu() to copy the tensor to host memory first.")
+    dev = _dev(kwargs.get('device'))
+    if dev is None or dev.type == 'meta': return func(*args, **kwargs)
+    return self._made_on(func, args, kwargs, dev)
 
 # %% ../nbs/15_device.ipynb #8c2a39f6
 class _Generator(torch.Generator):
@@ -180,8 +208,12 @@ class _Generator(torch.Generator):
         if (d := torch.device(device)).type != 'cpu': setattr(g, _ATTR, torch.device(d.type, d.index or 0))
         return g
     def __init__(self, device='cpu'): pass
-    @property
-    def device(self): return getattr(self, _ATTR, _CPU)
+
+# %% ../nbs/15_device.ipynb #drjj1hz3
+@patch(as_prop=True)
+def device(self:_Generator)->torch.device:
+    "The guarded device it says it lives on (the CPU if none)"
+    return getattr(self, _ATTR, _CPU)
 
 # %% ../nbs/15_device.ipynb #0rlcue27
 def _unlabelled(reduce):
@@ -193,9 +225,9 @@ def _unlabelled(reduce):
             if lab is not None: self.__dict__[_ATTR] = lab
     return f
 
-# %% ../nbs/15_device.ipynb #743eee31
-def _patches(device:torch.device)->list:
-    "(object, attribute, value) set while the guard is on"
+# %% ../nbs/15_device.ipynb #2ngjgp4g
+def _tensor_patches()->list:
+    "(object, attribute, value) that give tensors, parameters and generators their virtual device"
     def data_get(self): return _mark(_real_data.__get__(self), vdevice(self))
     def data_set(self, v): _real_data.__set__(self, v); _mark(self, vdevice(v))
     param_new = nn.Parameter.__new__
@@ -204,18 +236,28 @@ def _patches(device:torch.device)->list:
         kw.pop(_ATTR, None)
         p = param_new(cls, data, requires_grad, **kw)
         return p if data is None else _mark(p, vdevice(data))
-    ps = [(torch.Tensor, 'device', property(vdevice)),
-          (torch.Tensor, 'is_cuda', property(lambda t: vdevice(t).type == 'cuda')),
-          (torch.Tensor, 'data', property(data_get, data_set)), (nn.Parameter, '__new__', new_param),
-          (torch.Tensor, '__reduce_ex__', _unlabelled(torch.Tensor.__reduce_ex__)),
-          (nn.Parameter, '__reduce_ex__', _unlabelled(nn.Parameter.__reduce_ex__)), (torch, 'Generator', _Generator),
-          # device arguments reach the dispatcher, which rewrites them
-          (torch.cuda, '_lazy_init', lambda: None)]
+    return [(torch.Tensor, 'device', property(vdevice)),
+            (torch.Tensor, 'is_cuda', property(lambda t: vdevice(t).type == 'cuda')),
+            (torch.Tensor, 'data', property(data_get, data_set)), (nn.Parameter, '__new__', new_param),
+            (torch.Tensor, '__reduce_ex__', _unlabelled(torch.Tensor.__reduce_ex__)),
+            (nn.Parameter, '__reduce_ex__', _unlabelled(nn.Parameter.__reduce_ex__)), (torch, 'Generator', _Generator)]
+
+# %% ../nbs/15_device.ipynb #4akdk847
+def _cuda_patches()->list:
+    "(object, attribute, value) that stand in for the CUDA runtime"
+    # device arguments reach the dispatcher, which rewrites them
+    ps = [(torch.cuda, '_lazy_init', lambda: None)]
     # the CUDA runtime's bookkeeping: random state (the values are drawn from the CPU's), timing and memory
     ps += [(torch.cuda, n, lambda *a, **k: None)
            for n in ('synchronize', 'reset_peak_memory_stats', 'empty_cache', 'set_rng_state', 'set_rng_state_all')]
     ps += [(torch.cuda, 'max_memory_allocated', lambda *a, **k: 0), (torch.cuda, 'get_rng_state_all', lambda: []),
            (torch.cuda, 'get_rng_state', lambda *a, **k: torch.zeros(0, dtype=torch.uint8))]
+    return ps
+
+# %% ../nbs/15_device.ipynb #743eee31
+def _patches(device:torch.device)->list:
+    "(object, attribute, value) set while the guard is on"
+    ps = _tensor_patches() + _cuda_patches()
     try:
         import accelerate
         # the engine places the model there

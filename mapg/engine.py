@@ -50,21 +50,26 @@ def _agree_with_deepspeed(acc:Accelerator, want:dict, roll:RolloutCfg, upd:Updat
         raise ValueError("micro_batch: DeepSpeed runs differentiate each rollout batch in one pass "
                          "(micro_batch: null)")
 
+# %% ../nbs/12d_engine.ipynb #ax4buucq
+def _ddp_handlers(cuda:bool)->list:
+    "DDP's settings (no buffer broadcast), and the gloo backend for processes without a GPU"
+    from accelerate.utils import InitProcessGroupKwargs, DistributedDataParallelKwargs
+    handlers = [DistributedDataParallelKwargs(broadcast_buffers=False)]
+    if not cuda and int(os.environ.get('WORLD_SIZE', '1')) > 1: handlers.append(InitProcessGroupKwargs(backend='gloo'))
+    return handlers
+
 # %% ../nbs/12d_engine.ipynb #cd211902
 def make_accelerator(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->Accelerator:
     "The run's `Accelerator`: gloo without a GPU; DeepSpeed's batch, accumulation and clipping from the run's"
-    from accelerate.utils import InitProcessGroupKwargs, DistributedDataParallelKwargs
     cuda, ds = torch.cuda.is_available(), _uses_deepspeed()
     # DeepSpeed, imported by accelerate's unwrap and by save_pretrained, then logs its choice instead of printing it
     if not cuda: os.environ.setdefault('DS_ACCELERATOR', 'cpu')
     want = dict(per_device_batch=roll.per_device_batch, grad_accum=upd.grad_accum, max_grad_norm=upd.max_grad_norm)
     # the launcher's values, if any, must agree; else the run's are used
     if ds: _agree_with_launcher(want)
-    handlers = [DistributedDataParallelKwargs(broadcast_buffers=False)]
-    if not cuda and int(os.environ.get('WORLD_SIZE', '1')) > 1: handlers.append(InitProcessGroupKwargs(backend='gloo'))
-    acc = Accelerator(cpu=not cuda and not ds, kwargs_handlers=handlers, gradient_accumulation_steps=upd.grad_accum,
-                      step_scheduler_with_optimizer=False, log_with=None if run.report_to == 'none' else run.report_to,
-                      project_dir=run.output_dir)
+    acc = Accelerator(cpu=not cuda and not ds, kwargs_handlers=_ddp_handlers(cuda),
+                      gradient_accumulation_steps=upd.grad_accum, step_scheduler_with_optimizer=False,
+                      log_with=None if run.report_to == 'none' else run.report_to, project_dir=run.output_dir)
     if ds: _agree_with_deepspeed(acc, want, roll, upd)
     return acc
 

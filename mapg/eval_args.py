@@ -109,20 +109,35 @@ class Cell:
     block:int                 # block length (L: one block)
     args:EvalArgs=field(repr=False, compare=False) # the run's arguments (steps, sampler settings, seed)
 
-    name = property(lambda self: f"{self.task}_L{self.L}_b{self.block}")
-    key = property(lambda self: (self.task, self.L, self.block))
-    T = property(lambda self: self.args.steps or max(1, round(self.args.steps_per_token * self.L)))
+# %% ../nbs/13c_eval_args.ipynb #b7leu431
+@patch(as_prop=True)
+def name(self:Cell)->str:
+    "The cell's name, `<task>_L<L>_b<block>`"
+    return f"{self.task}_L{self.L}_b{self.block}"
 
-    @property
-    def settings(self)->GenSettings:
-        "The sampler's settings of this cell (checked; the error names the field, then the cell)"
-        a = self.args
-        try: return GenSettings(self.L, self.block, self.T, a.temperature, a.remasking, a.pos_temperature, a.score)
-        except ValueError as e:
-            named = ('steps', 'remasking', 'score', 'pos_temperature', 'temperature')
-            f = next((f for f in named if str(e).startswith(f)), 'lengths')
-            fix = '; choose lengths that are multiples of block_lengths (0: one block of L)' if f == 'lengths' else ''
-            raise ValueError(f"{f}: {self.name}: {e}{fix}") from None
+# %% ../nbs/13c_eval_args.ipynb #w97nw3ql
+@patch(as_prop=True)
+def key(self:Cell)->tuple:
+    "`(task, L, block)`"
+    return (self.task, self.L, self.block)
+
+# %% ../nbs/13c_eval_args.ipynb #vy9pnio9
+@patch(as_prop=True)
+def T(self:Cell)->int:
+    "Denoising steps: `steps`, else `steps_per_token` times L (at least 1)"
+    return self.args.steps or max(1, round(self.args.steps_per_token * self.L))
+
+# %% ../nbs/13c_eval_args.ipynb #fmnnjo23
+@patch(as_prop=True)
+def settings(self:Cell)->GenSettings:
+    "The sampler's settings of this cell (checked; the error names the field, then the cell)"
+    a = self.args
+    try: return GenSettings(self.L, self.block, self.T, a.temperature, a.remasking, a.pos_temperature, a.score)
+    except ValueError as e:
+        named = ('steps', 'remasking', 'score', 'pos_temperature', 'temperature')
+        f = next((f for f in named if str(e).startswith(f)), 'lengths')
+        fix = '; choose lengths that are multiples of block_lengths (0: one block of L)' if f == 'lengths' else ''
+        raise ValueError(f"{f}: {self.name}: {e}{fix}") from None
 
 # %% ../nbs/13c_eval_args.ipynb #563594ef
 @patch

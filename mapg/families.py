@@ -28,7 +28,10 @@ class Family:
     config_names:tuple=()      # names (lower case) marking the family in config.json (model_type, auto_map, ...)
 
 # %% ../nbs/03_families.ipynb #fams0005
+# the LoRA targets of Qwen2's and Llama's module names
 QWEN2_LORA = ('q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj')
+
+# %% ../nbs/03_families.ipynb #wuatzj9s
 FAMILIES = {
     'llada': Family('AutoModel', remote=True, mask_id=126336, eos_ids=(126081, 126348), blocks='blocks',
                     attn_impl=False, lora=('q_proj', 'k_proj', 'v_proj', 'attn_out', 'ff_proj', 'up_proj', 'ff_out'),

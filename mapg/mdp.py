@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Callable
 import torch
 from torch import Tensor
+from fastcore.basics import patch
 from fastcore.script import call_parse
-
 
 # %% auto #0
 __all__ = ['MDP_SCORES', 'TinyMDP', 'masked', 'remask', 'Step', 'Trajectory', 'trajectories', 'state_scores', 'traj_log_probs',
@@ -31,10 +31,17 @@ class TinyMDP:
         if sum(self.ks) != self.n or min(self.ks) < 1:
             raise ValueError(f"ks={self.ks} must be positive and sum to n={self.n}")
 
-    @property
-    def T(self): return len(self.ks)
-    @property
-    def start(self): return (None,) * self.n
+# %% ../nbs/01_mdp.ipynb #xtv9axca
+@patch(as_prop=True)
+def T(self:TinyMDP)->int:
+    "The number of steps, `len(ks)`"
+    return len(self.ks)
+
+# %% ../nbs/01_mdp.ipynb #gt93cqtr
+@patch(as_prop=True)
+def start(self:TinyMDP)->tuple:
+    "The fully masked state"
+    return (None,) * self.n
 
 # %% ../nbs/01_mdp.ipynb #7f586b16
 def masked(z:tuple)->list:
@@ -125,16 +132,20 @@ def onehot_state_feats(V:int)->Callable:
         return torch.cat(hot + [torch.ones(1)]).double()
     return f
 
+# %% ../nbs/01_mdp.ipynb #4co5c49y
+def _trajectory_terms(mdp, policy, score, tau, tok_tau, theta)->tuple:
+    "Token factors, unmasking factors and rewards (like `theta`) of every trajectory of `mdp`, each stacked into [n]"
+    trs = trajectories(mdp, full_proposals=score == 'token_logprob')
+    lps = [traj_log_probs(tr, policy, score, tau, tok_tau) for tr in trs]
+    R = theta.new_tensor([mdp.reward(tr.x) for tr in trs])
+    return torch.stack([a for a, _ in lps]), torch.stack([b for _, b in lps]), R
+
 # %% ../nbs/01_mdp.ipynb #40551486
 def exact_pg(mdp:TinyMDP, make_policy:Callable, theta:Tensor, score:str='max_prob', tau:float=1.0, tok_tau:float=1.0
             )->dict:  # J, grad, grad_token, grad_position (detached tensors)
     "J(theta) and its exact gradient, token part and position part, by enumerating every trajectory"
     theta = theta.detach().clone().requires_grad_(True)
-    policy = make_policy(theta)
-    trs = trajectories(mdp, full_proposals=score == 'token_logprob')
-    lps = [traj_log_probs(tr, policy, score, tau, tok_tau) for tr in trs]
-    R = theta.new_tensor([mdp.reward(tr.x) for tr in trs])
-    lp_tok, lp_pos = torch.stack([a for a, _ in lps]), torch.stack([b for _, b in lps])
+    lp_tok, lp_pos, R = _trajectory_terms(mdp, make_policy(theta), score, tau, tok_tau, theta)
     p = (lp_tok + lp_pos).exp()
     J = (p * R).sum()
     w = (p * R).detach()
@@ -177,35 +188,49 @@ def _draw(weights, u):
         if u < acc: return i
     return len(weights) - 1
 
-# %% ../nbs/01_mdp.ipynb #a8e6e16f
-def sample_trajectories(mdp:TinyMDP, policy:Callable, n_samples:int, score:str='max_prob', tau:float=1.0,
-                        tok_tau:float=1.0, generator:torch.Generator|None=None)->list:
-    "Draw `n_samples` trajectories by running the process forward (proposals, Plackett-Luce picks, remask)"
-    full = score == 'token_logprob'
-    us = iter(torch.rand(n_samples * 2 * mdp.n * mdp.T, dtype=torch.float64, generator=generator).tolist())
-    cache, out = {}, []
+# %% ../nbs/01_mdp.ipynb #6zwua9qn
+def _memo_policy(policy:Callable, tok_tau:float)->Callable:
+    "`policy` remembered per state, without gradients: z -> (logits, token probabilities at `tok_tau` as lists)"
+    cache = {}
     def at(z):
         if z not in cache:
             with torch.no_grad():
                 logits = policy(z)
                 cache[z] = (logits, (logits / tok_tau).softmax(-1).tolist())
         return cache[z]
-    for _ in range(n_samples):
-        z, steps = mdp.start, []
-        for k in mdp.ks:
-            logits, probs = at(z)
-            mk, prop = masked(z), {}
-            if full: prop = {i: _draw(probs[i], next(us)) for i in mk}
-            v = (state_scores(logits, score, prop) / tau).tolist()
-            left, picks = list(mk), []
-            for _ in range(k):
-                u = left[_draw([math.exp(v[j] - max(v[i] for i in left)) for j in left], next(us))]
-                picks.append(u); left.remove(u)
-            if not full: prop = {i: _draw(probs[i], next(us)) for i in picks}
-            steps.append(Step(z, tuple(sorted(prop.items())), tuple(picks)))
-            z = remask(z, prop, picks)
-        out.append(Trajectory(tuple(steps), z))
-    return out
+    return at
+
+# %% ../nbs/01_mdp.ipynb #mcuqgbth
+def _draw_picks(v:list, mk:list, k:int, us)->list:
+    "`k` ordered Plackett-Luce picks among the positions `mk` (scores `v`), one uniform number from `us` each"
+    left, picks = list(mk), []
+    for _ in range(k):
+        u = left[_draw([math.exp(v[j] - max(v[i] for i in left)) for j in left], next(us))]
+        picks.append(u); left.remove(u)
+    return picks
+
+# %% ../nbs/01_mdp.ipynb #cc7v91ft
+def _sample_one(mdp:TinyMDP, at:Callable, score:str, tau:float, us)->Trajectory:
+    "One trajectory drawn forward from the memoised policy `at`, every draw from the uniform numbers `us`"
+    full, z, steps = score == 'token_logprob', mdp.start, []
+    for k in mdp.ks:
+        logits, probs = at(z)
+        mk, prop = masked(z), {}
+        if full: prop = {i: _draw(probs[i], next(us)) for i in mk}
+        v = (state_scores(logits, score, prop) / tau).tolist()
+        picks = _draw_picks(v, mk, k, us)
+        if not full: prop = {i: _draw(probs[i], next(us)) for i in picks}
+        steps.append(Step(z, tuple(sorted(prop.items())), tuple(picks)))
+        z = remask(z, prop, picks)
+    return Trajectory(tuple(steps), z)
+
+# %% ../nbs/01_mdp.ipynb #a8e6e16f
+def sample_trajectories(mdp:TinyMDP, policy:Callable, n_samples:int, score:str='max_prob', tau:float=1.0,
+                        tok_tau:float=1.0, generator:torch.Generator|None=None)->list:
+    "Draw `n_samples` trajectories by running the process forward (proposals, Plackett-Luce picks, remask)"
+    us = iter(torch.rand(n_samples * 2 * mdp.n * mdp.T, dtype=torch.float64, generator=generator).tolist())
+    at = _memo_policy(policy, tok_tau)
+    return [_sample_one(mdp, at, score, tau, us) for _ in range(n_samples)]
 
 # %% ../nbs/01_mdp.ipynb #4a42e80e
 def mc_pg(mdp:TinyMDP, make_policy:Callable, theta:Tensor, n_samples:int, score:str='max_prob', tau:float=1.0,
@@ -226,21 +251,18 @@ def mc_pg(mdp:TinyMDP, make_policy:Callable, theta:Tensor, n_samples:int, score:
         res[name], res[name + '_se'] = mean.detach(), (var / n_samples).sqrt().detach()
     return res
 
-# %% ../nbs/01_mdp.ipynb #b80e4eec
-@call_parse
-def mapg_counterexample(theta1:float=1.5,  # theta_1 (position 1 at the empty canvas)
-                        theta3:float=-1.,  # theta_3 (position 1 once position 2 is filled)
-                        tau:float=0.1,     # position temperature
-                        samples:int=20000, # Monte-Carlo trajectories
-                        seed:int=0):       # seed of the Monte-Carlo generator
-    "Reproduce the paper's counterexample: exact J and gradient parts along theta_2, and REINFORCE estimates"
-    print(f"Counterexample (paper, Appendix 'Incompleteness of the token-only policy gradient'): theta_1={theta1}, "
-          f"theta_3={theta3}, tau={tau}")
+# %% ../nbs/01_mdp.ipynb #jw26jkd6
+def _print_gradient_sweep(theta1:float, theta3:float, tau:float):
+    "Print J and the exact gradient's parts along theta_2, one row per theta_2 of a fixed sweep"
     print(f"{'theta_2':>8} {'J':>8} {'dJ/dth2':>10} {'token':>10} {'position':>10}")
     for t2 in (-2., -1., -0.5, 0.5, 1., 2.):
         r = counterexample_grads(torch.tensor([theta1, t2, theta3], dtype=torch.float64), tau)
         print(f"{t2:8.2f} {r['J'].item():8.4f} {r['grad'][1].item():10.4f} {r['grad_token'][1].item():10.1e} "
               f"{r['grad_position'][1].item():10.4f}")
+
+# %% ../nbs/01_mdp.ipynb #c78r9bcg
+def _print_reinforce(theta1:float, theta3:float, tau:float, samples:int, seed:int):
+    "Print the REINFORCE estimates at theta_2 = 1 against the exact gradient, and how far the token-only one misses"
     th = torch.tensor([theta1, 1., theta3], dtype=torch.float64)
     ex = counterexample_grads(th, tau)
     mc = mc_pg(counterexample_mdp(), counterexample_policy, th, samples, tau=tau,
@@ -252,3 +274,16 @@ def mapg_counterexample(theta1:float=1.5,  # theta_1 (position 1 at the empty ca
     z = ((mc['grad_token'][1] - ex['grad'][1]) / mc['grad_token_se'][1].clamp(min=1e-12)).abs().item()
     print(f"token-only estimate of dJ/dtheta_2 is {z:.0f} standard errors from the true value: "
           "it misses the direction.")
+
+# %% ../nbs/01_mdp.ipynb #b80e4eec
+@call_parse
+def mapg_counterexample(theta1:float=1.5,  # theta_1 (position 1 at the empty canvas)
+                        theta3:float=-1.,  # theta_3 (position 1 once position 2 is filled)
+                        tau:float=0.1,     # position temperature
+                        samples:int=20000, # Monte-Carlo trajectories
+                        seed:int=0):       # seed of the Monte-Carlo generator
+    "Reproduce the paper's counterexample: exact J and gradient parts along theta_2, and REINFORCE estimates"
+    print(f"Counterexample (paper, Appendix 'Incompleteness of the token-only policy gradient'): theta_1={theta1}, "
+          f"theta_3={theta3}, tau={tau}")
+    _print_gradient_sweep(theta1, theta3, tau)
+    _print_reinforce(theta1, theta3, tau, samples, seed)

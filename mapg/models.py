@@ -98,9 +98,13 @@ class MDLM:
     pad_id = property(lambda self: self.tok.pad_id)
     adapted:tuple = ()   # what `load_model` adapted in the checkpoint's own code (transformers 5), one phrase each
     device = property(lambda self: next(self.model.parameters()).device)
-    def __repr__(self):
-        return (f"MDLM(kind={self.kind!r}, model={type(_base(self.model)).__name__}, mask_id={self.mask_id}, "
-                f"eos_ids={self.eos_ids})")
+
+# %% ../nbs/03b_models.ipynb #2pr5hoi0
+@patch
+def __repr__(self:MDLM)->str:
+    "The kind, the model's class and the special ids"
+    return (f"MDLM(kind={self.kind!r}, model={type(_base(self.model)).__name__}, mask_id={self.mask_id}, "
+            f"eos_ids={self.eos_ids})")
 
 # %% ../nbs/03b_models.ipynb #mdls0023
 @patch
@@ -187,6 +191,12 @@ def banned(self:MDLM, V:int, device:torch.device|str|None=None)->Tensor|None:
         self._ban, self._ban_key = (b.to(device) if extra.any() else None), (V, device)
     return self._ban
 
+# %% ../nbs/03b_models.ipynb #f85v01w0
+def _length_fix(n:int, L:int|None)->str:
+    "What to change so that a canvas fits `n` positions, given the completion length `L` (None: not known)"
+    if L is not None and n > L: return f"set max_prompt_len <= {n - L} (or a shorter gen_length)"
+    return f"use a canvas of at most {n} tokens"
+
 # %% ../nbs/03b_models.ipynb #a41f2a0f
 @patch
 def check_length(self:MDLM, S:int, # canvas length (prompt + completion)
@@ -195,8 +205,7 @@ def check_length(self:MDLM, S:int, # canvas length (prompt + completion)
     "Raise, naming the lengths that fit, if a canvas of `S` tokens is longer than the model's positions"
     n = self.max_positions
     if n is None or S <= n: return
-    if L is not None and n > L: fix = f"set max_prompt_len <= {n - L} (or a shorter gen_length)"
-    else: fix = f"use a canvas of at most {n} tokens"
+    fix = _length_fix(n, L)
     parts = f' (prompt {S - L} + gen_length {L})' if L is not None else ''
     raise ValueError(f"a canvas of {S} tokens{parts} is longer than "
                      f"the model's {n} positions ({self._pos_field}): {fix}")
@@ -220,19 +229,25 @@ def logits(self:MDLM, ids:Tensor,                      # [B, S] int64 canvas
     "Logits of `ids`, aligned so that position i predicts token i; [MASK] and non-text ids (`banned`) never proposed"
     return self.forward(ids, **self.forward_kwargs(attention_mask))
 
+# %% ../nbs/03b_models.ipynb #5omrcgdi
+# calling the adapter gives its aligned logits
 MDLM.__call__ = MDLM.logits
+
+# %% ../nbs/03b_models.ipynb #nlfxxez0
+def _roll_kwargs(attn:Tensor)->dict:
+    "The mask of each row of `attn [B, S]` rolled to right padding, and the roll there and back (`_roll`)"
+    S = attn.shape[1]
+    ar = torch.arange(S, device=attn.device)
+    p = (~attn).sum(1, keepdim=True)
+    idx, inv = (ar + p) % S, (ar - p) % S
+    return dict(attention_mask=attn.gather(1, idx).long(), _roll=(idx, inv))
 
 # %% ../nbs/03b_models.ipynb #01438b7c
 @patch
 def _pad_kwargs(self:MDLM, attn:Tensor)->dict:
     "The padding arguments for a bool `attn [B, S]` that has padding"
     # absolute positions but no position ids: run each row right-padded, real tokens from position 0
-    if self._roll:
-        S = attn.shape[1]
-        ar = torch.arange(S, device=attn.device)
-        p = (~attn).sum(1, keepdim=True)
-        idx, inv = (ar + p) % S, (ar - p) % S
-        return dict(attention_mask=attn.gather(1, idx).long(), _roll=(idx, inv))
+    if self._roll: return _roll_kwargs(attn)
     if self.family.bidirectional:
         B, S = attn.shape
         kw = dict(attention_mask=attn[:, None, None, :].expand(B, 1, S, S))
@@ -410,6 +425,12 @@ def _family_tok(tokenizer, fam:Family, mask_id:int|None)->Tok:
     mask_id = mask_id if mask_id is not None else fam.mask_id
     return Tok.from_tokenizer(tokenizer, mask_id=mask_id, extra_eos=tuple(extra))
 
+# %% ../nbs/03b_models.ipynb #mzy08ik3
+def _padded_logits(m:MDLM, x:Tensor, pad:int, f:int, kw:dict)->Tensor:
+    "The model's own logits at the real positions of `x [1, n]` left-padded with `pad` tokens `f` (no shift)"
+    out = m.model(input_ids=torch.cat([torch.full((1, pad), f), x], 1).to(m.device), **kw)
+    return (out if isinstance(out, Tensor) else out.logits)[:, pad:].float()
+
 # %% ../nbs/03b_models.ipynb #affd58f1
 def padding_honoured(m:MDLM,   # the adapter, with the model in eval mode
                      n:int=4,  # real tokens of the tiny input
@@ -420,10 +441,7 @@ def padding_honoured(m:MDLM,   # the adapter, with the model in eval mode
     kw = {k: v.to(dev) for k, v in m._pad_kwargs(attn).items()}
     x = torch.arange(20, 20 + n)[None]
     # the model's own logits at the real positions (no shift: a shifted row's first one reads a pad)
-    def raw(f):
-        out = m.model(input_ids=torch.cat([torch.full((1, pad), f), x], 1).to(dev), **kw)
-        return (out if isinstance(out, Tensor) else out.logits)[:, pad:].float()
-    with torch.no_grad(): a, b = raw(11), raw(12)
+    with torch.no_grad(): a, b = _padded_logits(m, x, pad, 11, kw), _padded_logits(m, x, pad, 12, kw)
     ok = torch.isfinite(a) & torch.isfinite(b)
     return bool((a - b)[ok].abs().max() <= 1e-3 * a[ok].abs().max().clamp(min=1))
 

@@ -12,6 +12,21 @@ from .core import upcast
 # %% auto #0
 __all__ = ['gumbel_order', 'pl_sample', 'pl_log_prob', 'pl_set_log_prob']
 
+# %% ../nbs/02_plackett_luce.ipynb #yb067m74
+def _check_picks(scores, eligible, picks)->int:
+    "Validate `picks` against `scores` and `eligible`; return k, the number of picks"
+    if picks.dim() != scores.dim() or picks.shape[:-1] != scores.shape[:-1]:
+        raise ValueError(f"picks has shape {tuple(picks.shape)}: expected [..., k] with leading dims "
+                         f"{tuple(scores.shape[:-1])}")
+    if picks.dtype != torch.int64: raise TypeError(f"picks must be int64, got {picks.dtype}")
+    k = picks.shape[-1]
+    if k and ((picks < 0) | (picks >= scores.shape[-1])).any():
+        raise ValueError(f"picks must index the last dim of scores (size {scores.shape[-1]})")
+    if k and not eligible.gather(-1, picks).all(): raise ValueError("picks contain an entry that is not eligible")
+    if k > 1 and (picks.sort(-1).values.diff(dim=-1) == 0).any():
+        raise ValueError("picks repeat an entry (draws are without replacement)")
+    return k
+
 # %% ../nbs/02_plackett_luce.ipynb #1b656606
 def _check_pl_args(scores, eligible, tau, picks=None, k=None):
     "Validate the common arguments; return `eligible` as a bool tensor of `scores`' shape"
@@ -23,17 +38,7 @@ def _check_pl_args(scores, eligible, tau, picks=None, k=None):
     elif eligible.shape != scores.shape:
         raise ValueError(f"eligible has shape {tuple(eligible.shape)} but scores has shape {tuple(scores.shape)}")
     n_elig = eligible.sum(-1)
-    if picks is not None:
-        if picks.dim() != scores.dim() or picks.shape[:-1] != scores.shape[:-1]:
-            raise ValueError(f"picks has shape {tuple(picks.shape)}: expected [..., k] with leading dims "
-                             f"{tuple(scores.shape[:-1])}")
-        if picks.dtype != torch.int64: raise TypeError(f"picks must be int64, got {picks.dtype}")
-        k = picks.shape[-1]
-        if k and ((picks < 0) | (picks >= scores.shape[-1])).any():
-            raise ValueError(f"picks must index the last dim of scores (size {scores.shape[-1]})")
-        if k and not eligible.gather(-1, picks).all(): raise ValueError("picks contain an entry that is not eligible")
-        if k > 1 and (picks.sort(-1).values.diff(dim=-1) == 0).any():
-            raise ValueError("picks repeat an entry (draws are without replacement)")
+    if picks is not None: k = _check_picks(scores, eligible, picks)
     if k is not None and k > 0 and (n_elig < k).any():
         raise ValueError(f"k={k} is larger than the number of eligible entries ({int(n_elig.min())} in some row)")
     return eligible.bool()
@@ -95,19 +100,10 @@ def _pl_log_prob(scores, picks, eligible, tau):
     denom = x.unsqueeze(-2).masked_fill(before, -math.inf).logsumexp(-1)
     return (x.gather(-1, picks) - denom).sum(-1)
 
-# %% ../nbs/02_plackett_luce.ipynb #dc3e559d
-def pl_set_log_prob(scores:Tensor,            # [..., n] float scores v
-                    picks:Tensor,             # [..., k] int64 picks (their order is ignored)
-                    eligible:Tensor|None=None,# [..., n] bool (default all)
-                    tau:float=1.0             # temperature (> 0)
-                   )->Tensor:                 # [...] log-probability of the unordered set of picks
-    "Log-probability that `k` Plackett–Luce draws form the set `picks` (summed over its orders, exactly)"
-    eligible = _check_pl_args(scores, eligible, tau, picks=picks)
-    if tau == 0: raise ValueError("pl_set_log_prob needs tau > 0")
-    x = upcast(scores)
-    x = (x / tau).masked_fill(~eligible, -math.inf)
+# %% ../nbs/02_plackett_luce.ipynb #pnzcija0
+def _pl_subset_dp(x, picks):
+    "The dynamic programme over the subsets of the picks: log f of the whole set, `x` the scores over tau, masked"
     k = picks.shape[-1]
-    if k > 16: raise ValueError(f"pl_set_log_prob enumerates 2^k subsets: k={k} is too large")
     # [..., k]
     xp = x.gather(-1, picks)
     onehot = torch.zeros(*picks.shape, x.shape[-1], dtype=torch.bool, device=x.device).scatter_(-1,
@@ -122,3 +118,18 @@ def pl_set_log_prob(scores:Tensor,            # [..., n] float scores v
         lse[a] = x.masked_fill(gone, -math.inf).logsumexp(-1)
         logf[a] = torch.stack([logf[a ^ 1 << i] + xp[..., i] - lse[a ^ 1 << i] for i in members], -1).logsumexp(-1)
     return logf[-1]
+
+# %% ../nbs/02_plackett_luce.ipynb #dc3e559d
+def pl_set_log_prob(scores:Tensor,            # [..., n] float scores v
+                    picks:Tensor,             # [..., k] int64 picks (their order is ignored)
+                    eligible:Tensor|None=None,# [..., n] bool (default all)
+                    tau:float=1.0             # temperature (> 0)
+                   )->Tensor:                 # [...] log-probability of the unordered set of picks
+    "Log-probability that `k` Plackett–Luce draws form the set `picks` (summed over its orders, exactly)"
+    eligible = _check_pl_args(scores, eligible, tau, picks=picks)
+    if tau == 0: raise ValueError("pl_set_log_prob needs tau > 0")
+    x = upcast(scores)
+    x = (x / tau).masked_fill(~eligible, -math.inf)
+    k = picks.shape[-1]
+    if k > 16: raise ValueError(f"pl_set_log_prob enumerates 2^k subsets: k={k} is too large")
+    return _pl_subset_dp(x, picks)

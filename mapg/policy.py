@@ -7,6 +7,7 @@ from __future__ import annotations
 import math, numbers
 from dataclasses import dataclass
 import torch
+from fastcore.basics import patch
 from torch import Tensor
 from .core import upcast, token_logp
 from .plackett_luce import gumbel_order
@@ -27,13 +28,17 @@ def block_schedule(n:int,     # positions to keep in the block
     "LLaDA's schedule: `n` positions over `steps` steps, evenly, the remainder to the earliest steps"
     return [n // steps + (i < n % steps) for i in range(steps)]
 
-# %% ../nbs/04_policy.ipynb #9q9i9lkc
-def _check_gen_settings(s):
-    "Raise on settings `GenSettings` cannot sample with"
+# %% ../nbs/04_policy.ipynb #puzjt06q
+def _check_int_settings(s):
+    "Raise unless the lengths and the number of steps are positive integers"
     for f in ('gen_length', 'block_length', 'steps'):
         v = getattr(s, f)
         if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{f} must be a positive integer, got {v!r}")
+
+# %% ../nbs/04_policy.ipynb #zgcdsndy
+def _check_block_layout(s):
+    "Raise unless the blocks tile the completion and share the steps evenly, at most one step per position"
     L, bl, T = s.gen_length, s.block_length, s.steps
     if L % bl: raise ValueError(f"gen_length={L} must be a multiple of block_length={bl}")
     nb = L // bl
@@ -43,14 +48,30 @@ def _check_gen_settings(s):
     if T // nb > bl:
         raise ValueError(f"steps={T} gives {T // nb} steps per block, "
                          f"more than the block_length={bl} positions to keep")
+
+# %% ../nbs/04_policy.ipynb #f189zpfk
+def _check_mode_names(s):
+    "Raise on a remasking, score or cache name that is not one of the known ones"
     if s.remasking not in REMASKING:
         raise ValueError(f"remasking={s.remasking!r}: expected one of {REMASKING}")
     if s.score not in SCORES: raise ValueError(f"score={s.score!r}: expected one of {SCORES}")
     if s.cache not in CACHES: raise ValueError(f"cache={s.cache!r}: expected one of {CACHES}")
+
+# %% ../nbs/04_policy.ipynb #ks3lmjz0
+def _check_temperatures(s):
+    "Raise on a negative token temperature, or a Plackett-Luce position temperature that is not positive"
     if not s.temperature >= 0: raise ValueError(f"temperature must be >= 0, got {s.temperature}")
     if s.remasking == 'plackett_luce' and not s.pos_temperature > 0:
         raise ValueError(f"pos_temperature must be > 0 for plackett_luce, got {s.pos_temperature} "
                          f"(use remasking='greedy')")
+
+# %% ../nbs/04_policy.ipynb #9q9i9lkc
+def _check_gen_settings(s):
+    "Raise on settings `GenSettings` cannot sample with"
+    _check_int_settings(s)
+    _check_block_layout(s)
+    _check_mode_names(s)
+    _check_temperatures(s)
 
 # %% ../nbs/04_policy.ipynb #0eea6d15
 @dataclass(frozen=True)
@@ -67,12 +88,29 @@ class GenSettings:
 
     def __post_init__(self): _check_gen_settings(self)
 
-    num_blocks = property(lambda self: self.gen_length // self.block_length)
-    steps_per_block = property(lambda self: self.steps // self.num_blocks)
-    # k_t within a block
-    block_k = property(lambda self: block_schedule(self.block_length, self.steps_per_block))
-    # k_t for t = 1..T
-    k = property(lambda self: self.block_k * self.num_blocks)
+# %% ../nbs/04_policy.ipynb #q1jm7htk
+@patch(as_prop=True)
+def num_blocks(self:GenSettings)->int:
+    "Number of semi-autoregressive blocks, `gen_length // block_length`"
+    return self.gen_length // self.block_length
+
+# %% ../nbs/04_policy.ipynb #z7mnztwa
+@patch(as_prop=True)
+def steps_per_block(self:GenSettings)->int:
+    "Denoising steps of each block"
+    return self.steps // self.num_blocks
+
+# %% ../nbs/04_policy.ipynb #m7btu879
+@patch(as_prop=True)
+def block_k(self:GenSettings)->list:
+    "k_t within a block: the positions kept at each of its steps"
+    return block_schedule(self.block_length, self.steps_per_block)
+
+# %% ../nbs/04_policy.ipynb #5cs1h7ax
+@patch(as_prop=True)
+def k(self:GenSettings)->list:
+    "k_t for t = 1..T: every block's schedule in turn"
+    return self.block_k * self.num_blocks
 
 # %% ../nbs/04_policy.ipynb #3615b8b2
 def eval_settings(gen_length:int=256,  # L: completion length
@@ -123,6 +161,21 @@ def unmask_scores(logits:Tensor,            # [..., V] logits of the eligible po
         return lg.gather(-1, proposals.unsqueeze(-1)).squeeze(-1) - lg.logsumexp(-1)
     raise ValueError(f"score={score!r}: expected one of {SCORES}")
 
+# %% ../nbs/04_policy.ipynb #v17i7kdd
+def _random_picks(scores:Tensor, k:int, generator)->tuple:
+    "A uniform ordered draw of `k` of the m candidates (Gumbel keys alone), and -log(m-r) for the pick at rank r"
+    B, m = scores.shape
+    lp = -torch.arange(m, m - k, -1, device=scores.device, dtype=torch.float32).log_()
+    return gumbel_order(torch.zeros_like(scores), None, 1., generator)[:, :k], lp.expand(B, k)
+
+# %% ../nbs/04_policy.ipynb #fvbg0pva
+def _pl_picks(scores:Tensor, k:int, tau:float, generator)->tuple:
+    "Plackett-Luce picks by Gumbel-top-k, and each rank's log-probability read off the full ordering"
+    # [B, m] full Plackett-Luce ordering
+    order = gumbel_order(scores, None, tau, generator)
+    xs = (scores.float() / tau).gather(1, order)
+    return order[:, :k], (xs - xs.flip(-1).logcumsumexp(-1).flip(-1))[:, :k]
+
 # %% ../nbs/04_policy.ipynb #b1d3732a
 def pick_positions(scores:Tensor,            # [B, m] scores v of the m candidates
                    k:int,                    # positions to keep
@@ -133,18 +186,12 @@ def pick_positions(scores:Tensor,            # [B, m] scores v of the m candidat
     "Ordered picks of `k` candidates and the log-probability of each pick given the earlier ones"
     if isinstance(generator, (list, tuple)) and remasking != 'greedy':
         return _by_rows(lambda s, g: pick_positions(s, k, remasking, tau, g), generator, scores)
-    B, m = scores.shape
+    B, _ = scores.shape
     if remasking == 'greedy':
         return gumbel_order(scores, None, 0., None)[:, :k], torch.zeros(B, k, device=scores.device)
     if remasking not in REMASKING: raise ValueError(f"remasking={remasking!r}: expected one of {REMASKING}")
-    # Gumbel keys alone: a uniform random order
-    if remasking == 'random':
-        lp = -torch.arange(m, m - k, -1, device=scores.device, dtype=torch.float32).log_()
-        return gumbel_order(torch.zeros_like(scores), None, 1., generator)[:, :k], lp.expand(B, k)
-    # [B, m] full Plackett-Luce ordering
-    order = gumbel_order(scores, None, tau, generator)
-    xs = (scores.float() / tau).gather(1, order)
-    return order[:, :k], (xs - xs.flip(-1).logcumsumexp(-1).flip(-1))[:, :k]
+    if remasking == 'random': return _random_picks(scores, k, generator)
+    return _pl_picks(scores, k, tau, generator)
 
 # %% ../nbs/04_policy.ipynb #7b30df3b
 def segment_bounds(T:int,  # denoising steps

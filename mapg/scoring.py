@@ -84,35 +84,48 @@ def next_prompts(records:list, n:int, state:dict, seed:int)->list:
         if state['cursor'] >= len(records): state['epoch'], state['cursor'] = state['epoch'] + 1, 0
     return out
 
+# %% ../nbs/12b_scoring.ipynb #z6k05b78
+def _sample_and_score(m:MDLM, recs:list, task:str, roll:RolloutCfg, settings, g:torch.Generator,
+                      workers:int=1)->tuple:
+    "Completions of `recs` generated with `settings`, scored: (rollout, [B] rewards, {metric: [B]})"
+    ids, attn = prompt_batch(recs, m.tokenizer, max_len=roll.max_prompt_len)
+    r = generate(m, ids.to(m.device), attn.to(m.device), generator=g, **asdict(settings))
+    rew, _, mets = score_completions(task, completions_text(m, r)[0], recs, workers)
+    return r, rew, mets
+
+# %% ../nbs/12b_scoring.ipynb #nwuuen48
+def _process_means(sums:dict, n:int, device, reduce:Callable|None)->dict:
+    "Each of `sums` over the `n` items, both summed over the processes by `reduce` (None: one process)"
+    keys = sorted(set(sums) | {'reward'})
+    tot = torch.tensor([sums.get(k, 0.) for k in keys] + [float(n)], dtype=torch.float64, device=device)
+    tot = (reduce or (lambda x: x))(tot)
+    return {k: (tot[i] / tot[-1]).item() for i, k in enumerate(keys)}
+
 # %% ../nbs/12b_scoring.ipynb #ce863260
 def greedy_eval(m:MDLM, records:list, task:str, roll:RolloutCfg, batch:int=64, workers:int=1,
                 rank:int=0, world:int=1, reduce:Callable|None=None)->dict:
     "Mean reward and metrics of greedy completions (the paper's protocol) over `records`, sharded over processes"
     s, mine, sums = eval_settings(roll.gen_length, roll.block_length), records[rank::world], {}
     for a in range(0, len(mine), batch):
-        recs = mine[a:a + batch]
-        ids, attn = prompt_batch(recs, m.tokenizer, max_len=roll.max_prompt_len)
-        r = generate(m, ids.to(m.device), attn.to(m.device), generator=make_gen(0, m.device), **asdict(s))
-        rew, _, mets = score_completions(task, completions_text(m, r)[0], recs, workers)
+        _, rew, mets = _sample_and_score(m, mine[a:a + batch], task, roll, s, make_gen(0, m.device), workers)
         for k, v in {'reward': rew, **mets}.items(): sums[k] = sums.get(k, 0.) + float(v.sum())
-    keys = sorted(set(sums) | {'reward'})
-    tot = torch.tensor([sums.get(k, 0.) for k in keys] + [float(len(mine))], dtype=torch.float64, device=m.device)
-    tot = (reduce or (lambda x: x))(tot)
-    return {k: (tot[i] / tot[-1]).item() for i, k in enumerate(keys)}
+    return _process_means(sums, len(mine), m.device, reduce)
+
+# %% ../nbs/12b_scoring.ipynb #5pnvdch3
+def _sampled_values(task:str, r:Rollout, rew:torch.Tensor, mets:dict)->dict:
+    "{name: [B]} of sampled completions: reward, metrics, the surprise of each kind of decision, `good_order`"
+    c = counted_mask(r).float()
+    vals = {'reward': rew, **mets, 'pos_entropy': -(r.logp_pos * c).sum(1) / c.sum(1).clamp(min=1),
+            'tok_entropy': -(r.logp_token * c).sum(1) / c.sum(1).clamp(min=1)}
+    # one copy in step 1
+    if task == 'order': vals['good_order'] = ((r.unmask_step[:, :2] == 1).sum(1) == 1).float()
+    return vals
 
 # %% ../nbs/12b_scoring.ipynb #smpev0fn
 def sampled_eval(m:MDLM, records:list, task:str, roll:RolloutCfg, batch:int=64, seed:int=10_007)->dict:
     "Mean reward, metrics and surprise (-log pi) of each decision of completions sampled with the rollout settings"
     g, sums = make_gen(seed, m.device), {}
     for a in range(0, len(records), batch):
-        recs = records[a:a + batch]
-        ids, attn = prompt_batch(recs, m.tokenizer, max_len=roll.max_prompt_len)
-        r = generate(m, ids.to(m.device), attn.to(m.device), generator=g, **asdict(roll.settings()))
-        rew, _, mets = score_completions(task, completions_text(m, r)[0], recs)
-        c = counted_mask(r).float()
-        vals = {'reward': rew, **mets, 'pos_entropy': -(r.logp_pos * c).sum(1) / c.sum(1).clamp(min=1),
-                'tok_entropy': -(r.logp_token * c).sum(1) / c.sum(1).clamp(min=1)}
-        # one copy in step 1
-        if task == 'order': vals['good_order'] = ((r.unmask_step[:, :2] == 1).sum(1) == 1).float()
-        for k, v in vals.items(): sums[k] = sums.get(k, 0.) + float(v.float().sum())
+        r, rew, mets = _sample_and_score(m, records[a:a + batch], task, roll, roll.settings(), g)
+        for k, v in _sampled_values(task, r, rew, mets).items(): sums[k] = sums.get(k, 0.) + float(v.float().sum())
     return {k: v / len(records) for k, v in sums.items()}

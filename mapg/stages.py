@@ -31,6 +31,24 @@ class Batch:
     adv:Tensor                 # [B] float32 advantages (group statistics over all processes), on the model's device
     metrics:dict               # rollout metrics (means over all processes)
 
+# %% ../nbs/12c_stages.ipynb #kk1khler
+def _sample_share(m:MDLM, records:list, roll:RolloutCfg, gen:torch.Generator, rank:int)->Rollout:
+    "This process's rows of a rollout of the global batch `records` (one prompt width for all processes)"
+    b = roll.per_device_batch
+    prompts = prompt_batch(records, m.tokenizer, max_len=roll.max_prompt_len)
+    ids, attn = (x[rank * b:(rank + 1) * b] for x in prompts)
+    return generate(m, ids.to(m.device), attn.to(m.device), generator=gen, stepmerge_segments=roll.n_segments,
+                    **asdict(roll.settings()))
+
+# %% ../nbs/12c_stages.ipynb #4rhdxe31
+def _zero_nonfinite(rew:Tensor)->Tensor:
+    "`rew` with each non-finite reward scored 0, and a warning that names their rows"
+    rew, n_bad, why = finite_or_zero(rew)
+    if n_bad:
+        rows = ', '.join(f'row {i}: {w}' for i, w in why.items())
+        print(f"warning: {n_bad} non-finite reward(s) scored 0 ({rows})", flush=True)
+    return rew
+
 # %% ../nbs/12c_stages.ipynb #05b6af90
 def rollout_stage(m:MDLM,                 # the policy
                   records:list,           # the global batch of records, each repeated G times (contiguous groups)
@@ -44,21 +62,13 @@ def rollout_stage(m:MDLM,                 # the policy
     "Sample this process's share of the global batch, score it, and give advantages from every process's rewards"
     b, t0 = roll.per_device_batch, time.perf_counter()
     mine = records[rank * b:(rank + 1) * b]
-    if rollout is None:
-        # one prompt width for all processes
-        prompts = prompt_batch(records, m.tokenizer, max_len=roll.max_prompt_len)
-        ids, attn = (x[rank * b:(rank + 1) * b] for x in prompts)
-        rollout = generate(m, ids.to(m.device), attn.to(m.device), generator=gen, stepmerge_segments=roll.n_segments,
-                           **asdict(roll.settings()))
+    if rollout is None: rollout = _sample_share(m, records, roll, gen, rank)
     t1 = time.perf_counter()
     texts, lengths = completions_text(m, rollout)
     rew, parts, mets = score_completions(task, texts, mine, workers)
     nonfinite = ~torch.isfinite(rew)
     # a non-finite reward counts as a failed sample (0)
-    rew, n_bad, why = finite_or_zero(rew)
-    if n_bad:
-        rows = ', '.join(f'row {i}: {w}' for i, w in why.items())
-        print(f"warning: {n_bad} non-finite reward(s) scored 0 ({rows})", flush=True)
+    rew = _zero_nonfinite(rew)
     parts['total'] = rew
     t2, g = time.perf_counter(), gather or (lambda x: x)
     all_rew = g(rew.to(m.device)).cpu()
@@ -93,6 +103,11 @@ def _rollout_rows(r:Rollout, rows:slice)->Rollout:
     return dataclasses.replace(r, **{f.name: getattr(r, f.name)[rows].clone() for f in fields(r)
                                      if isinstance(getattr(r, f.name), Tensor)})
 
+# %% ../nbs/12c_stages.ipynb #pexf16hz
+def _cycle_rows(n:int, b:int, rank:int, world:int)->Tensor:
+    "Indices of this process's `b` rows in each of `n` stacked global batches of `b * world` rows"
+    return torch.cat([torch.arange(i * world * b + rank * b, i * world * b + (rank + 1) * b) for i in range(n)])
+
 # %% ../nbs/12c_stages.ipynb #f91e4ca5
 def cycle_rollouts(m:MDLM,              # the policy
                    batches:list,        # the global batches of records of one cycle, each record repeated G times
@@ -105,7 +120,7 @@ def cycle_rollouts(m:MDLM,              # the policy
     gens = cycle_gens(gen, n)
     # one prompt width for the cycle
     ids, attn = prompt_batch([r_ for recs in batches for r_ in recs], m.tokenizer, max_len=roll.max_prompt_len)
-    mine = torch.cat([torch.arange(i * world * b + rank * b, i * world * b + (rank + 1) * b) for i in range(n)])
+    mine = _cycle_rows(n, b, rank, world)
     r = generate(m, ids[mine].to(m.device), attn[mine].to(m.device), generator=gens if n > 1 else gen,
                  stepmerge_segments=roll.n_segments, **asdict(roll.settings()))
     rs = [r] if n == 1 else [_rollout_rows(r, slice(i * b, (i + 1) * b)) for i in range(n)]

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_outputs import MaskedLMOutput, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from fastcore.basics import patch
 from fastcore.meta import delegates
 from .core import Tok, toy_tokenizer, seeded
 from .families import FAMILIES
@@ -63,19 +64,27 @@ class _LLaDABlock(nn.Module):
         self.ff_proj, self.up_proj = nn.Linear(d, f, bias=False), nn.Linear(d, f, bias=False)
         self.ff_out = nn.Linear(f, d, bias=False)
 
-    def forward(self, x, attention_bias=None):
-        B, S, D = x.shape
-        y = self.attn_norm(x)
-        q, k, v = (p(y).view(B, S, self.h, -1).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
-        hd = q.shape[-1]
-        inv = 1.0 / self.theta ** (torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd)
-        # positions 0..S-1: LLaDA takes no position ids
-        cos, sin = _rope_cos_sin(inv, torch.arange(S, device=x.device)[None])
-        q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_bias)
-        x = x + self.attn_out(a.transpose(1, 2).reshape(B, S, D))
-        y = self.ff_norm(x)
-        return x + self.ff_out(F.silu(self.ff_proj(y)) * self.up_proj(y))
+# %% ../nbs/03c_standins.ipynb #kz4g46jl
+@patch
+def _attend(self:_LLaDABlock, y:Tensor, attention_bias:Tensor|None)->Tensor:
+    "Rotary multi-head attention over the normed `y [B, S, D]`, its heads merged back to `[B, S, D]`"
+    B, S, D = y.shape
+    q, k, v = (p(y).view(B, S, self.h, -1).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+    hd = q.shape[-1]
+    inv = 1.0 / self.theta ** (torch.arange(0, hd, 2, device=y.device, dtype=torch.float32) / hd)
+    # positions 0..S-1: LLaDA takes no position ids
+    cos, sin = _rope_cos_sin(inv, torch.arange(S, device=y.device)[None])
+    q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
+    a = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_bias)
+    return a.transpose(1, 2).reshape(B, S, D)
+
+# %% ../nbs/03c_standins.ipynb #6sbb9mmn
+@patch
+def forward(self:_LLaDABlock, x:Tensor, attention_bias:Tensor|None=None)->Tensor:
+    "The block on `x [B, S, D]`: attention, then the feed-forward, each reading the normed stream and added to it"
+    x = x + self.attn_out(self._attend(self.attn_norm(x), attention_bias))
+    y = self.ff_norm(x)
+    return x + self.ff_out(F.silu(self.ff_proj(y)) * self.up_proj(y))
 
 # %% ../nbs/03c_standins.ipynb #e2186435
 class TinyLLaDA(PreTrainedModel):
@@ -93,25 +102,46 @@ class TinyLLaDA(PreTrainedModel):
             blocks=nn.ModuleList([_LLaDABlock(c) for _ in range(c.n_layers)]),
             ln_f=nn.RMSNorm(c.d_model, eps=1e-5), ff_out=nn.Linear(c.d_model, c.vocab_size, bias=False)))
 
-    def get_input_embeddings(self): return self.model.transformer.wte
-    def get_output_embeddings(self): return self.model.transformer.ff_out
-    def tie_weights(self):   # LLaDA's signature: no arguments
-        if self.config.weight_tying: self.model.transformer.ff_out.weight = self.model.transformer.wte.weight
+# %% ../nbs/03c_standins.ipynb #qy2xrql7
+@patch
+def get_input_embeddings(self:TinyLLaDA)->nn.Embedding:
+    "The token embedding, `model.transformer.wte`"
+    return self.model.transformer.wte
 
-    def forward(self, input_ids:Tensor|None=None, inputs_embeds:Tensor|None=None, attention_mask:Tensor|None=None,
-                attention_bias:Tensor|None=None, past_key_values:object=None, labels:Tensor|None=None,
-                use_cache:bool|None=None,
-                output_attentions:bool|None=None, output_hidden_states:bool|None=None, return_dict:bool|None=None):
-        # as LLaDA's forward: the config must have it
-        if use_cache is None: use_cache = self.config.use_cache
-        if use_cache: raise ValueError("a KV cache is not supported for masked diffusion")
-        t = self.model.transformer
-        x = t.wte(input_ids) if inputs_embeds is None else inputs_embeds
-        bias = None
-        if attention_mask is not None and self.config.honours_attention_mask:
-            bias = attention_mask.bool()[:, None, None, :]
-        for blk in t.blocks: x = blk(x, bias)
-        return CausalLMOutputWithPast(logits=t.ff_out(t.ln_f(x)))
+# %% ../nbs/03c_standins.ipynb #qflil4y6
+@patch
+def get_output_embeddings(self:TinyLLaDA)->nn.Linear:
+    "The output head, `model.transformer.ff_out`"
+    return self.model.transformer.ff_out
+
+# %% ../nbs/03c_standins.ipynb #0f14pdx5
+@patch
+def tie_weights(self:TinyLLaDA):
+    "Tie the head to the token embedding when `config.weight_tying` says so; LLaDA's signature: no arguments"
+    if self.config.weight_tying: self.model.transformer.ff_out.weight = self.model.transformer.wte.weight
+
+# %% ../nbs/03c_standins.ipynb #to36yshg
+@patch
+def _attention_bias(self:TinyLLaDA, attention_mask:Tensor|None)->Tensor|None:
+    "The `[B, 1, 1, S]` key mask the blocks apply: None without a mask, or where the revision ignores it"
+    if attention_mask is None or not self.config.honours_attention_mask: return None
+    return attention_mask.bool()[:, None, None, :]
+
+# %% ../nbs/03c_standins.ipynb #vvjy12zv
+@patch
+def forward(self:TinyLLaDA, input_ids:Tensor|None=None, inputs_embeds:Tensor|None=None,
+            attention_mask:Tensor|None=None, attention_bias:Tensor|None=None, past_key_values:object=None,
+            labels:Tensor|None=None, use_cache:bool|None=None,
+            output_attentions:bool|None=None, output_hidden_states:bool|None=None, return_dict:bool|None=None):
+    "Logits of `input_ids` (or `inputs_embeds`), taking what LLaDA's `forward` takes: a mask, no position ids"
+    # as LLaDA's forward: the config must have it
+    if use_cache is None: use_cache = self.config.use_cache
+    if use_cache: raise ValueError("a KV cache is not supported for masked diffusion")
+    t = self.model.transformer
+    x = t.wte(input_ids) if inputs_embeds is None else inputs_embeds
+    bias = self._attention_bias(attention_mask)
+    for blk in t.blocks: x = blk(x, bias)
+    return CausalLMOutputWithPast(logits=t.ff_out(t.ln_f(x)))
 
 # %% ../nbs/03c_standins.ipynb #ffe499f5
 class TinyDreamConfig(PretrainedConfig):
@@ -142,13 +172,17 @@ class _DreamRotary(nn.Module):
         inv_freq, self.attention_scaling = self.rope_init_fn(config, device)
         self.register_buffer('inv_freq', inv_freq, persistent=False)
 
-    @torch.no_grad()
-    def forward(self, x, position_ids):
-        cos, sin = _rope_cos_sin(self.inv_freq, position_ids)
-        return (cos * self.attention_scaling).to(x.dtype), (sin * self.attention_scaling).to(x.dtype)
+# %% ../nbs/03c_standins.ipynb #quvbm8b7
+@patch
+@torch.no_grad()
+def forward(self:_DreamRotary, x:Tensor, position_ids:Tensor)->tuple[Tensor, Tensor]:
+    "cos, sin `[B, 1, S, D]` at `position_ids [B, S]`, times the rope type's attention scaling, in `x`'s dtype"
+    cos, sin = _rope_cos_sin(self.inv_freq, position_ids)
+    return (cos * self.attention_scaling).to(x.dtype), (sin * self.attention_scaling).to(x.dtype)
 
 # %% ../nbs/03c_standins.ipynb #stdn0007
 class _DreamAttention(nn.Module):
+    "Qwen2's attention (biased query, key and value projections; grouped key/value heads), run bidirectionally"
     def __init__(self, c):
         super().__init__()
         d, self.h, self.kv = c.hidden_size, c.num_attention_heads, c.num_key_value_heads
@@ -157,22 +191,31 @@ class _DreamAttention(nn.Module):
         self.v_proj = nn.Linear(d, self.kv*hd)
         self.o_proj, self.is_causal = nn.Linear(self.h*hd, d, bias=False), False
 
-    def forward(self, x, attention_mask, cos, sin):
-        B, S, _ = x.shape
-        q = self.q_proj(x).view(B, S, self.h, -1).transpose(1, 2)
-        k, v = (p(x).view(B, S, self.kv, -1).transpose(1, 2) for p in (self.k_proj, self.v_proj))
-        q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
-        if self.kv != self.h: k, v = (t.repeat_interleave(self.h // self.kv, 1) for t in (k, v))
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, is_causal=False)
-        return self.o_proj(a.transpose(1, 2).reshape(B, S, -1))
+# %% ../nbs/03c_standins.ipynb #8dmnvtat
+@patch
+def forward(self:_DreamAttention, x:Tensor, attention_mask:Tensor|None, cos:Tensor, sin:Tensor)->Tensor:
+    "Attention of `x [B, S, D]` under the key mask `attention_mask`, rotary by `cos`, `sin`"
+    B, S, _ = x.shape
+    q = self.q_proj(x).view(B, S, self.h, -1).transpose(1, 2)
+    k, v = (p(x).view(B, S, self.kv, -1).transpose(1, 2) for p in (self.k_proj, self.v_proj))
+    q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
+    if self.kv != self.h: k, v = (t.repeat_interleave(self.h // self.kv, 1) for t in (k, v))
+    a = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, is_causal=False)
+    return self.o_proj(a.transpose(1, 2).reshape(B, S, -1))
 
 # %% ../nbs/03c_standins.ipynb #stdn0008
 class _DreamMLP(nn.Module):
+    "Qwen2's SwiGLU feed-forward"
     def __init__(self, c):
         super().__init__()
         self.gate_proj, self.up_proj = (nn.Linear(c.hidden_size, c.intermediate_size, bias=False) for _ in range(2))
         self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
-    def forward(self, x): return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+# %% ../nbs/03c_standins.ipynb #vcow95cq
+@patch
+def forward(self:_DreamMLP, x:Tensor)->Tensor:
+    "`down_proj(silu(gate_proj(x)) * up_proj(x))`"
+    return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 # %% ../nbs/03c_standins.ipynb #stdn0009
 class _DreamLayer(nn.Module):
@@ -182,9 +225,14 @@ class _DreamLayer(nn.Module):
         self.self_attn, self.mlp = _DreamAttention(c), _DreamMLP(c)
         self.input_layernorm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
         self.post_attention_layernorm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
-    def forward(self, x, attention_mask=None, cos=None, sin=None):
-        x = x + self.self_attn(self.input_layernorm(x), attention_mask, cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+
+# %% ../nbs/03c_standins.ipynb #ct66vp3m
+@patch
+def forward(self:_DreamLayer, x:Tensor, attention_mask:Tensor|None=None, cos:Tensor|None=None,
+            sin:Tensor|None=None)->Tensor:
+    "Attention, then the feed-forward, each reading the normed stream and added to it"
+    x = x + self.self_attn(self.input_layernorm(x), attention_mask, cos, sin)
+    return x + self.mlp(self.post_attention_layernorm(x))
 
 # %% ../nbs/03c_standins.ipynb #stdn0010
 def _dream_init_weights(self, module:nn.Module):
@@ -205,6 +253,8 @@ class TinyDream(PreTrainedModel):
     # as Dream declares
     supports_gradient_checkpointing, _supports_sdpa, _supports_flash_attn_2 = True, True, True
     _no_split_modules = ['_DreamLayer']
+    # as Dream's: linear and embedding weights only, never the rotary buffer
+    _init_weights = _dream_init_weights
     def __init__(self, config:TinyDreamConfig):
         super().__init__(config)
         c = config
@@ -216,26 +266,42 @@ class TinyDream(PreTrainedModel):
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
         self.post_init()
 
-    # as Dream's: linear and embedding weights only, never the rotary buffer
-    _init_weights = _dream_init_weights
-    def get_input_embeddings(self): return self.model.embed_tokens
-    def get_output_embeddings(self): return self.lm_head
+# %% ../nbs/03c_standins.ipynb #pu5n1tkk
+@patch
+def get_input_embeddings(self:TinyDream)->nn.Embedding:
+    "The token embedding, `model.embed_tokens`"
+    return self.model.embed_tokens
 
-    def forward(self, input_ids:Tensor|None=None, attention_mask:Tensor|None=None, position_ids:Tensor|None=None,
-                past_key_values:object=None, inputs_embeds:Tensor|None=None, use_cache:bool|None=None,
-                output_attentions:bool|None=None, output_hidden_states:bool|None=None, return_dict:bool|None=None,
-                cache_position:Tensor|None=None):
-        m = self.model
-        x = m.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
-        if position_ids is None: position_ids = torch.arange(x.shape[1], device=x.device)[None]
-        cos, sin = m.rotary_emb(x, position_ids)
-        # Dream: a [B, 1, S, S] mask, or 'full'
-        mask = attention_mask if isinstance(attention_mask, Tensor) else None
-        for layer in m.layers:
-            if m.gradient_checkpointing and self.training:
-                x = m._gradient_checkpointing_func(layer.__call__, x, mask, cos, sin)
-            else: x = layer(x, mask, cos, sin)
-        return MaskedLMOutput(logits=self.lm_head(m.norm(x)))
+# %% ../nbs/03c_standins.ipynb #bz0zy1uj
+@patch
+def get_output_embeddings(self:TinyDream)->nn.Linear:
+    "The output head, `lm_head`"
+    return self.lm_head
+
+# %% ../nbs/03c_standins.ipynb #1dpq04r0
+@patch
+def _run_layer(self:TinyDream, layer:nn.Module, x:Tensor, mask:Tensor|None, cos:Tensor, sin:Tensor)->Tensor:
+    "One decoder layer, through the gradient-checkpointing function when that is on in training, as Dream runs it"
+    m = self.model
+    if m.gradient_checkpointing and self.training:
+        return m._gradient_checkpointing_func(layer.__call__, x, mask, cos, sin)
+    return layer(x, mask, cos, sin)
+
+# %% ../nbs/03c_standins.ipynb #zhqnunmv
+@patch
+def forward(self:TinyDream, input_ids:Tensor|None=None, attention_mask:Tensor|None=None,
+            position_ids:Tensor|None=None, past_key_values:object=None, inputs_embeds:Tensor|None=None,
+            use_cache:bool|None=None, output_attentions:bool|None=None, output_hidden_states:bool|None=None,
+            return_dict:bool|None=None, cache_position:Tensor|None=None):
+    "Raw (shifted) logits of `input_ids` (or `inputs_embeds`), taking what Dream's `forward` takes"
+    m = self.model
+    x = m.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+    if position_ids is None: position_ids = torch.arange(x.shape[1], device=x.device)[None]
+    cos, sin = m.rotary_emb(x, position_ids)
+    # Dream: a [B, 1, S, S] mask, or 'full'
+    mask = attention_mask if isinstance(attention_mask, Tensor) else None
+    for layer in m.layers: x = self._run_layer(layer, x, mask, cos, sin)
+    return MaskedLMOutput(logits=self.lm_head(m.norm(x)))
 
 # %% ../nbs/03c_standins.ipynb #26e05ae2
 @delegates(TinyLLaDAConfig.__init__)
@@ -261,6 +327,7 @@ def tiny_dream(seed:int=0, vocab_size:int=152064, hidden:int=16, layers:int=2, h
 STANDIN_CODE = {'llada': ('configuration_llada', 'LLaDAConfig', 'modeling_llada', 'LLaDAModelLM'),
                 'dream': ('configuration_dream', 'DreamConfig', 'modeling_dream', 'DreamModel')}
 
+# %% ../nbs/03c_standins.ipynb #iqnld8b1
 def save_standin(m:MDLM,              # a stand-in behind the adapter (tiny_llada, tiny_dream)
                  path:str|Path,       # folder to write
                  tokenizer:PreTrainedTokenizerBase|str|None=None # None: m.tokenizer/toy's; 'family': its stand-in
@@ -316,6 +383,8 @@ LLADA_CHAT_TEMPLATE = ("{% for message in messages %}{% if loop.first %}{{ bos_t
                        "{{ message['role'] }}<|end_header_id|>\n\n{{ message['content'] | trim }}<|eot_id|>"
                        "{% endfor %}"
                        "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}")
+
+# %% ../nbs/03c_standins.ipynb #fez5fbk6
 DREAM_CHAT_TEMPLATE = ("{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
                        "<|im_start|>system\n"
                        "You are a helpful assistant.<|im_end|>\n{% endif %}<|im_start|>{{ message['role'] }}\n"

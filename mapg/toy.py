@@ -27,6 +27,16 @@ def toy_sudoku_split()->tuple:
     g = sudoku_grids()
     return [s for i, s in enumerate(g) if i % 6], [s for i, s in enumerate(g) if i % 6 == 0]
 
+# %% ../nbs/12a_toy.ipynb #wus0jurd
+def _check_split(split:str):
+    "Refuse a split other than 'train' or 'eval'"
+    if split not in ('train', 'eval'): raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+
+# %% ../nbs/12a_toy.ipynb #0m4c2db5
+def _toy_gen(seed:int, split:str)->torch.Generator:
+    "The generator of a toy split's records: the 'eval' stream starts 10**6 seeds after the 'train' one"
+    return make_gen(seed + (0 if split == 'train' else 10**6))
+
 # %% ../nbs/12a_toy.ipynb #e9341c83
 def toy_sudoku(n:int,                    # puzzles
                split:str,                # 'train' or 'eval': which grids the solutions come from
@@ -36,10 +46,10 @@ def toy_sudoku(n:int,                    # puzzles
               )->list:                   # records: text, puzzle, solution, prefill, task
     "4x4 Sudoku records with a compact prompt: the puzzle as the user turn, the answer tag prefilled"
     train, held = toy_sudoku_split()
-    if split not in ('train', 'eval'): raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    _check_split(split)
     exclude = held if split == 'train' else train
     tok = tok or toy_tokenizer()
-    g = make_gen(seed + (0 if split == 'train' else 10**6))
+    g = _toy_gen(seed, split)
     recs = make_sudoku(n, g, exclude=exclude, min_blanks=min_blanks, max_blanks=max_blanks)
     texts = [chat_prompt([dict(role='user', content=r['puzzle'])], tok) + TOY_PREFILL for r in recs]
     return [dict(id=f"toy_sudoku/{split}/{i}", text=t, prefill=TOY_PREFILL, task='sudoku', **r)
@@ -52,11 +62,34 @@ def toy_order(n:int,                     # prompts
               tok:PreTrainedTokenizerBase|None=None, # tokenizer (default: the toy tokenizer) to render `text`
              )->list:                    # records: text, digits, prefill, task
     "Order task records: 7 random digits as the user turn"
-    if split not in ('train', 'eval'): raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    _check_split(split)
     tok = tok or toy_tokenizer()
-    ps = torch.randint(10, (n, 7), generator=make_gen(seed + (0 if split == 'train' else 10**6))).tolist()
+    ps = torch.randint(10, (n, 7), generator=_toy_gen(seed, split)).tolist()
     return [dict(id=f"toy_order/{split}/{i}", text=chat_prompt([dict(role='user', content=''.join(map(str, p)))], tok),
                  digits=''.join(map(str, p)), prefill='', task='order') for i, p in enumerate(ps)]
+
+# %% ../nbs/12a_toy.ipynb #h9mj2hjg
+def _mask_completions(ids:torch.Tensor, L:int, mask_id:int, g:torch.Generator)->tuple:
+    "(`ids` with each of its last `L` tokens masked w.p. t, [B, L] bool mask, [B, 1] t ~ U(0, 1))"
+    t = torch.rand(len(ids), 1, generator=g).clamp(min=1e-3)
+    is_mask = torch.rand(len(ids), L, generator=g) < t
+    x = ids.clone()
+    x[:, -L:] = x[:, -L:].masked_fill(is_mask, mask_id)
+    return x, is_mask, t
+
+# %% ../nbs/12a_toy.ipynb #soy41r3v
+def _mdlm_loss(lg:torch.Tensor, target:torch.Tensor, is_mask:torch.Tensor, t:torch.Tensor)->torch.Tensor:
+    "The masked-diffusion loss: cross-entropy on the masked tokens, weighted by 1 / t, per completion token"
+    # [batch, L]
+    ce = torch.nn.functional.cross_entropy(lg.float().transpose(1, 2), target, reduction='none')
+    return ((ce * is_mask) / t).sum(1).mean() / target.shape[1]
+
+# %% ../nbs/12a_toy.ipynb #knqb297d
+def _pretrain_steps(steps:int, progress:bool):
+    "`range(steps)`, under a progress bar when `progress`"
+    if not progress: return range(steps)
+    from tqdm.auto import tqdm
+    return tqdm(range(steps), desc='pretraining the toy', unit='step', mininterval=1.)
 
 # %% ../nbs/12a_toy.ipynb #64b1eadd
 def pretrain_mdlm(model:nn.Module,     # a `transformers` masked LM (trained in place)
@@ -75,22 +108,14 @@ def pretrain_mdlm(model:nn.Module,     # a `transformers` masked LM (trained in 
     # linear warmup, 10% of the steps
     warm = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1., (i + 1) / max(1, steps // 10)))
     model.train()
-    losses, it = [], range(steps)
-    if progress:
-        from tqdm.auto import tqdm
-        it = tqdm(it, desc='pretraining the toy', unit='step', mininterval=1.)
-    for _ in it:
+    losses = []
+    for _ in _pretrain_steps(steps, progress):
         idx = torch.randint(len(seqs), (batch,), generator=g).tolist()
         ids, attn = left_pad([seqs[i][0] + seqs[i][1] for i in idx], pad_id)
         L = len(seqs[idx[0]][1])
-        t = torch.rand(batch, 1, generator=g).clamp(min=1e-3)
-        is_mask = torch.rand(batch, L, generator=g) < t
-        x = ids.clone()
-        x[:, -L:] = x[:, -L:].masked_fill(is_mask, mask_id)
+        x, is_mask, t = _mask_completions(ids, L, mask_id, g)
         lg = model(input_ids=x, attention_mask=attn.long()).logits[:, -L:]
-        # [batch, L]
-        ce = torch.nn.functional.cross_entropy(lg.float().transpose(1, 2), ids[:, -L:], reduction='none')
-        loss = ((ce * is_mask) / t).sum(1).mean() / L
+        loss = _mdlm_loss(lg, ids[:, -L:], is_mask, t)
         opt.zero_grad(); loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.)
         opt.step(); warm.step()
@@ -103,33 +128,40 @@ def pretrain_mdlm(model:nn.Module,     # a `transformers` masked LM (trained in 
 SHIPPED_TOY = dict(toy_sudoku=dict(hidden=128, layers=3, heads=4, steps=260, lr=5e-4, batch=64, L=16, v=1),
                    toy_order=dict(hidden=128, layers=3, heads=4, steps=800, lr=1e-3, batch=64, L=8, v=1))
 
+# %% ../nbs/12a_toy.ipynb #extzac1b
+def _order_pairs(tok:PreTrainedTokenizerBase)->list:
+    "(prompt ids, completion ids) of solved order prompts, a random free digit per prompt: every solution is seen"
+    recs = toy_order(8192, 'train', seed=12345, tok=tok)
+    hs = torch.randint(4, (len(recs),), generator=make_gen(7)).tolist()
+    sols = [order_solution(r['digits'], h) for r, h in zip(recs, hs)]
+    ids = lambda s: tok(s, add_special_tokens=False)['input_ids']
+    return [(ids(r['text']), ids(s)) for r, s in zip(recs, sols)]
+
 # %% ../nbs/12a_toy.ipynb #r42udkvz
 def toy_pretraining_pairs(dataset:str, tok:PreTrainedTokenizerBase)->list:
     "(prompt ids, completion ids) pairs the toy of `dataset` is pretrained on: solved training prompts"
-    ids = lambda s, **kw: tok(s, **kw)['input_ids']
-    # a random free digit per prompt: every solution is seen
-    if dataset == 'toy_order':
-        recs = toy_order(8192, 'train', seed=12345, tok=tok)
-        hs = torch.randint(4, (len(recs),), generator=make_gen(7)).tolist()
-        sols = [order_solution(r['digits'], h) for r, h in zip(recs, hs)]
-        return [(ids(r['text'], add_special_tokens=False), ids(s, add_special_tokens=False))
-                for r, s in zip(recs, sols)]
+    if dataset == 'toy_order': return _order_pairs(tok)
     recs = toy_sudoku(4096, 'train', seed=12345, tok=tok)
-    return [(ids(r['text']), ids(r['solution'])) for r in recs]
+    return [(tok(r['text'])['input_ids'], tok(r['solution'])['input_ids']) for r in recs]
 
-# %% ../nbs/12a_toy.ipynb #60bb7f4e
-def pretrained_toy(run:RunCfg, roll:RolloutCfg)->Path:
-    "Folder of the pretrained toy for `run`'s size and pretraining: the shipped one, else built once and cached"
+# %% ../nbs/12a_toy.ipynb #izfyb6xw
+def _toy_key(run:RunCfg, roll:RolloutCfg)->tuple:
+    "(the toy dataset the model is pretrained on, its size and pretraining: the key of the cache)"
     # another dataset's run starts from the Sudoku toy
     data = run.dataset if run.dataset in TOY_TASKS else 'toy_sudoku'
     L = roll.gen_length if data == run.dataset else SHIPPED_TOY[data]['L']
-    key = dict(hidden=run.toy_hidden, layers=run.toy_layers, heads=run.toy_heads, steps=run.toy_pretrain_steps,
-               lr=run.toy_pretrain_lr, batch=run.toy_pretrain_batch, L=L, v=1)
-    if key == SHIPPED_TOY[data]:
-        shipped = data_dir()/'toy'/f'{data}_pretrained'
-        if (shipped/'model.safetensors').exists(): return shipped
-    d = Path(run.toy_cache).expanduser()/(f'{data}-' + '-'.join(f"{k}{v}" for k, v in key.items()))
-    if (d/'config.json').exists(): return d
+    return data, dict(hidden=run.toy_hidden, layers=run.toy_layers, heads=run.toy_heads, steps=run.toy_pretrain_steps,
+                      lr=run.toy_pretrain_lr, batch=run.toy_pretrain_batch, L=L, v=1)
+
+# %% ../nbs/12a_toy.ipynb #ks2yjp3g
+def _shipped_toy(data:str, key:dict)->Path|None:
+    "The shipped pretrained toy of `data` when `key` is its size and pretraining, else None"
+    shipped = data_dir()/'toy'/f'{data}_pretrained'
+    return shipped if key == SHIPPED_TOY[data] and (shipped/'model.safetensors').exists() else None
+
+# %% ../nbs/12a_toy.ipynb #byspgqa6
+def _pretrain_toy(d:Path, data:str, key:dict, run:RunCfg, roll:RolloutCfg):
+    "Pretrain the toy of `run`'s size on `data` and save it as folder `d` (written beside it, then renamed)"
     tok = toy_tokenizer()
     seqs = toy_pretraining_pairs(data, tok)
     if any(len(s[1]) != key['L'] for s in seqs):
@@ -142,4 +174,12 @@ def pretrained_toy(run:RunCfg, roll:RolloutCfg)->Path:
                   seed=0, pad_id=tok.pad_token_id, progress=run.progress)
     save_toy(tmp, model=model, tok=tok)
     tmp.rename(d) if not d.exists() else shutil.rmtree(tmp)
+
+# %% ../nbs/12a_toy.ipynb #60bb7f4e
+def pretrained_toy(run:RunCfg, roll:RolloutCfg)->Path:
+    "Folder of the pretrained toy for `run`'s size and pretraining: the shipped one, else built once and cached"
+    data, key = _toy_key(run, roll)
+    if shipped := _shipped_toy(data, key): return shipped
+    d = Path(run.toy_cache).expanduser()/(f'{data}-' + '-'.join(f"{k}{v}" for k, v in key.items()))
+    if not (d/'config.json').exists(): _pretrain_toy(d, data, key, run, roll)
     return d

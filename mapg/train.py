@@ -29,9 +29,9 @@ from .checkpoints import (save_checkpoint, load_checkpoint, checkpoint_to_resume
 # %% auto #0
 __all__ = ['train', 'TrainingRun']
 
-# %% ../nbs/12f_train.ipynb #b00cb99c
-def train(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->dict:
-    "Mask-aware RL: per cycle, `grad_accum` rollout batches, then `inner_updates` optimizer steps; the run's summary"
+# %% ../nbs/12f_train.ipynb #2fb8ph2s
+def _checked_start(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->tuple:
+    "Check the configuration and data, build the engine, find the checkpoint to resume and check the output folder"
     validate(run, roll, upd, int(os.environ.get('WORLD_SIZE', 1)))
     check_data(run)
     acc = make_accelerator(run, roll, upd)
@@ -39,6 +39,12 @@ def train(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->dict:
     cfg, out = resolved_config(run, roll, upd), Path(run.output_dir)
     ckpt = checkpoint_to_resume(run)
     check_output_dir(run, cfg, ckpt)
+    return acc, cfg, out, ckpt
+
+# %% ../nbs/12f_train.ipynb #b00cb99c
+def train(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->dict:
+    "Mask-aware RL: per cycle, `grad_accum` rollout batches, then `inner_updates` optimizer steps; the run's summary"
+    acc, cfg, out, ckpt = _checked_start(run, roll, upd)
     lock = RunLock(out) if acc.is_main_process else nullcontext()
     with lock, Preemption() as stop:
         acc.wait_for_everyone()
@@ -57,50 +63,83 @@ class TrainingRun:
         self.cfg, self.out, self.ckpt, self.stop = cfg, out, ckpt, stop
         self.rank, self.world, self.main = acc.process_index, acc.num_processes, acc.is_main_process
         self.ds = acc.distributed_type == DistributedType.DEEPSPEED
+        # the cross-process gather and sum (None: one process)
+        self.gather = acc.gather if self.world > 1 else None
+        self.reduce = (lambda x: acc.reduce(x, 'sum')) if self.world > 1 else None
         self.summary = dict(output_dir=str(out))
 
-    def fit(self)->dict:
-        "Set up, take optimizer steps until `max_steps`, then evaluate and report: the summary, with the `model`"
-        self.setup_engine(); self.setup_state(); self.evaluate_before(); self.open_log()
-        while self.state['step'] < self.run.max_steps: self.one_step()
-        return self.finish()
+# %% ../nbs/12f_train.ipynb #urw90bzj
+@patch
+def fit(self:TrainingRun)->dict:
+    "Set up, take optimizer steps until `max_steps`, then evaluate and report: the summary, with the `model`"
+    self.setup_engine(); self.setup_state(); self.evaluate_before(); self.open_log()
+    while self.state['step'] < self.run.max_steps: self.one_step()
+    return self.finish()
+
+# %% ../nbs/12f_train.ipynb #7mgt40li
+@patch
+def _load_same_policy(self:TrainingRun):
+    "Load the policy (the main process first) and check that every process holds the same trainable parameters"
+    with self.acc.main_process_first(): self.m = load_policy(self.run, self.roll, self.acc.device)
+    self.params = [p for p in self.m.model.parameters() if p.requires_grad]
+    check_same_params(self.acc, self.m.model)
+
+# %% ../nbs/12f_train.ipynb #86wmr9yr
+@patch
+def _wrap_engine(self:TrainingRun):
+    "Wrap the policy and its optimizer in the engine, and register what a checkpoint saves"
+    acc = self.acc
+    # DDP / DeepSpeed engine: it reduces (and, for DeepSpeed, clips) gradients
+    self.net, self.popt = acc.prepare(self.m.model, self.opt)
+    # sampling and evaluation run the plain module, on every process alike
+    self.m.model = acc.unwrap_model(self.net)
+    acc.register_for_checkpointing(self.sched)
+    if not self.ds: acc.register_save_state_pre_hook(_trainable_only)
+
+# %% ../nbs/12f_train.ipynb #hvc4ka6f
+@patch
+def _seed_generators(self:TrainingRun):
+    "The run's generators, and Python's and NumPy's seeds"
+    # sampling noise differs per process; segment draws are one global draw (the same everywhere), sliced per process
+    self.gens = dict(rollout=make_gen(self.run.seed * 1000 + self.rank, self.m.device),
+                     segments=make_gen(self.run.seed * 1000 + 500))
+    random.seed(self.run.seed); np.random.seed(self.run.seed)
 
 # %% ../nbs/12f_train.ipynb #0ypavkhr
 @patch
 def setup_engine(self:TrainingRun):
     "Load the policy, check every process holds the same, wrap it and its optimizer in the engine, seed the generators"
-    acc, run = self.acc, self.run
-    with acc.main_process_first(): m = self.m = load_policy(run, self.roll, acc.device)
-    self.params = [p for p in m.model.parameters() if p.requires_grad]
-    check_same_params(acc, m.model)
-    self.opt, self.sched = _adamw_with_warmup(self.params, self.upd, run.max_steps)
-    # DDP / DeepSpeed engine: it reduces (and, for DeepSpeed, clips) gradients
-    self.net, self.popt = acc.prepare(m.model, self.opt)
-    # sampling and evaluation run the plain module, on every process alike
-    m.model = acc.unwrap_model(self.net)
-    acc.register_for_checkpointing(self.sched)
-    if not self.ds: acc.register_save_state_pre_hook(_trainable_only)
-    # sampling noise differs per process; segment draws are one global draw (the same everywhere), sliced per process
-    self.gens = dict(rollout=make_gen(run.seed * 1000 + self.rank, m.device), segments=make_gen(run.seed * 1000 + 500))
-    random.seed(run.seed); np.random.seed(run.seed)
+    self._load_same_policy()
+    self.opt, self.sched = _adamw_with_warmup(self.params, self.upd, self.run.max_steps)
+    self._wrap_engine()
+    self._seed_generators()
+
+# %% ../nbs/12f_train.ipynb #xmspyx9s
+@patch
+def _resume_counters(self:TrainingRun):
+    "The counters and rollout buffer: fresh, or the resumed checkpoint's (its weights, optimizer and generators too)"
+    self.state, self.buffer = dict(step=0, epoch=0, cursor=0, inner=0, rollout_batches=0, skipped=0), None
+    if self.ckpt:
+        self.state, self.buffer = load_checkpoint(self.acc, self.ckpt, self.m, self.gens)
+        self.state.setdefault('skipped', 0)
+
+# %% ../nbs/12f_train.ipynb #780p0p3q
+@patch
+def _write_config(self:TrainingRun):
+    "The run's folder with its config.json (main process), and the trackers"
+    if self.main:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out/'config.json').write_text(json.dumps(self.cfg, indent=1))
+    if self.run.report_to != 'none':
+        self.acc.init_trackers('mapg', config={k: v for k, v in self.cfg.items() if k != 'versions'})
 
 # %% ../nbs/12f_train.ipynb #gwl5qbgp
 @patch
 def setup_state(self:TrainingRun):
-    "The prompts, the counters and buffer (a resumed run's), config.json, the trackers and the cross-process sums"
-    run, acc, out, m = self.run, self.acc, self.out, self.m
-    self.records, self.held = train_records(run, m.tokenizer), eval_records(run, m.tokenizer)
-    self.state, self.buffer = dict(step=0, epoch=0, cursor=0, inner=0, rollout_batches=0, skipped=0), None
-    if self.ckpt:
-        self.state, self.buffer = load_checkpoint(acc, self.ckpt, m, self.gens)
-        self.state.setdefault('skipped', 0)
-    if self.main:
-        out.mkdir(parents=True, exist_ok=True)
-        (out/'config.json').write_text(json.dumps(self.cfg, indent=1))
-    if run.report_to != 'none':
-        acc.init_trackers('mapg', config={k: v for k, v in self.cfg.items() if k != 'versions'})
-    self.gather = acc.gather if self.world > 1 else None
-    self.reduce = (lambda x: acc.reduce(x, 'sum')) if self.world > 1 else None
+    "The prompts, the counters and buffer (a resumed run's), config.json and the trackers"
+    self.records, self.held = train_records(self.run, self.m.tokenizer), eval_records(self.run, self.m.tokenizer)
+    self._resume_counters()
+    self._write_config()
 
 # %% ../nbs/12f_train.ipynb #94lvb67n
 @patch
@@ -108,6 +147,11 @@ def greedy(self:TrainingRun)->dict:
     "`greedy_eval` of the policy on the held-out prompts, sharded over the processes"
     return greedy_eval(self.m, self.held, self.run.task, self.roll, workers=self.run.reward_workers, rank=self.rank,
                        world=self.world, reduce=self.reduce)
+
+# %% ../nbs/12f_train.ipynb #pnubnj30
+def _metrics_line(d:dict)->str:
+    "The metrics `d` on one line, three decimals each"
+    return ', '.join(f"{k} {v:.3f}" for k, v in d.items())
 
 # %% ../nbs/12f_train.ipynb #6kzbgwpc
 @patch
@@ -120,71 +164,140 @@ def evaluate_before(self:TrainingRun):
         if self.main: (self.out/'eval_before.json').write_text(json.dumps(s['before']))
     if self.main and 'before' in s: print(f"before RL: {_metrics_line(s['before'])}")
 
+# %% ../nbs/12f_train.ipynb #1nzt67kv
+def _first_rollout(out:Path, ckpt, device)->tuple:
+    "(the first rollout batch of a resumed run, its records), kept for the report; (None, None) when there is none"
+    p = out/'first_rollout.pt'
+    if not (ckpt and p.exists()): return None, None
+    f = torch.load(p, weights_only=False)
+    return _rollout_to(f['r'], device), f['records']
+
+# %% ../nbs/12f_train.ipynb #yjm5bkhe
+@patch
+def _trim_log(self:TrainingRun):
+    "Drop the rows of a resumed run's metrics.jsonl logged after its checkpoint: those steps are taken again"
+    p = self.out/'metrics.jsonl'
+    if not (self.main and self.ckpt and p.exists()): return
+    kept = [l for l in p.read_text().splitlines() if l.strip() and json.loads(l)['step'] <= self.state['step']]
+    p.write_text(''.join(l + '\n' for l in kept))
+
+# %% ../nbs/12f_train.ipynb #njfhx7gp
+@patch
+def _open_bar(self:TrainingRun):
+    "The progress bar over the optimizer steps (main process, unless `progress` is off)"
+    from tqdm.auto import tqdm
+    self.bar = tqdm(total=self.run.max_steps, initial=self.state['step'], desc='RL', unit='step',
+                    disable=not (self.main and self.run.progress), mininterval=1.)
+
 # %% ../nbs/12f_train.ipynb #wz8kp660
 @patch
 def open_log(self:TrainingRun):
     "metrics.jsonl (a resumed run's rows after its checkpoint dropped), the first rollout, the skip guard, the bar"
-    run, out, main, state = self.run, self.out, self.main, self.state
     self.n_prompts = self.roll.per_device_batch * self.world // self.roll.group_size
-    self.prompt_state = dict(epoch=state['epoch'], cursor=state['cursor'])
-    # steps logged after the checkpoint are taken again
-    if main and self.ckpt and (out/'metrics.jsonl').exists():
-        rows = (out/'metrics.jsonl').read_text().splitlines()
-        kept = [l for l in rows if l.strip() and json.loads(l)['step'] <= state['step']]
-        (out/'metrics.jsonl').write_text(''.join(l + '\n' for l in kept))
+    self.prompt_state = dict(epoch=self.state['epoch'], cursor=self.state['cursor'])
+    self._trim_log()
     # a fresh start drops rows of a run that died before saving
-    self.log = (out/'metrics.jsonl').open('a' if self.ckpt else 'w') if main else None
-    self.first, self.first_recs = _first_rollout(out, self.ckpt, self.m.device)
-    self.guard = StepGuard(run.max_skipped_steps)
-    from tqdm.auto import tqdm
-    self.bar = tqdm(total=run.max_steps, initial=state['step'], desc='RL', unit='step',
-                    disable=not (main and run.progress), mininterval=1.)
+    self.log = (self.out/'metrics.jsonl').open('a' if self.ckpt else 'w') if self.main else None
+    self.first, self.first_recs = _first_rollout(self.out, self.ckpt, self.m.device)
+    self.guard = StepGuard(self.run.max_skipped_steps)
+    self._open_bar()
+
+# %% ../nbs/12f_train.ipynb #7mbuiyao
+@patch
+def _cycle_records(self:TrainingRun)->list:
+    "The cycle's `grad_accum` global batches of records: the next prompts, each repeated `group_size` times"
+    prompts = lambda: next_prompts(self.records, self.n_prompts, self.prompt_state, self.run.seed)
+    return [[r_ for r_ in prompts() for _ in range(self.roll.group_size)] for _ in range(self.upd.grad_accum)]
+
+# %% ../nbs/12f_train.ipynb #lxvafham
+def _replayed(run:RunCfg, i:int, rank:int, world:int, roll:RolloutCfg, device)->Rollout:
+    "This process's rows of recorded rollout batch `i` (the recording may come from another number of processes)"
+    rank_of = lambda p: int(p.stem.split('rank')[1])
+    files = sorted(Path(run.replay_rollouts).glob(f"batch{i:06d}-rank*.pt"), key=rank_of)
+    if not files: raise ValueError(f"replay_rollouts: no recorded batch {i} in {run.replay_rollouts!r}")
+    rs = [torch.load(f, weights_only=False) for f in files]
+    cat = {f.name: torch.cat([getattr(r_, f.name) for r_ in rs]) for f in fields(rs[0])
+           if isinstance(getattr(rs[0], f.name), Tensor)}
+    b = roll.per_device_batch
+    return _rollout_to(dataclasses.replace(rs[0], **{k: v[rank * b:(rank + 1) * b] for k, v in cat.items()}), device)
+
+# %% ../nbs/12f_train.ipynb #ojcdfgl0
+@patch
+def _cycle_rollouts(self:TrainingRun, cycle:list, t_phase:dict)->list:
+    "This process's rollout of each batch of the cycle: recorded ones replayed, or all sampled in one call (timed)"
+    run, i0 = self.run, self.state['rollout_batches']
+    if run.replay_rollouts:
+        return [_replayed(run, i0 + i, self.rank, self.world, self.roll, self.m.device) for i in range(len(cycle))]
+    # the whole cycle in one call
+    rolls, t_phase['rollout'] = cycle_rollouts(self.m, cycle, self.roll, self.gens['rollout'], self.rank, self.world)
+    return rolls
+
+# %% ../nbs/12f_train.ipynb #30mxeoex
+def _save_rollout(out:Path, i:int, rank:int, r:Rollout):
+    "Keep rollout batch `i` of process `rank` under `out/rollouts`"
+    (out/'rollouts').mkdir(parents=True, exist_ok=True)
+    torch.save(_rollout_to(r, 'cpu'), out/'rollouts'/f"batch{i:06d}-rank{rank}.pt")
+
+# %% ../nbs/12f_train.ipynb #k4nv8krk
+@patch
+def _stage_batch(self:TrainingRun, recs:list, rollout:Rollout, t_phase:dict):
+    "Score one rollout batch of the cycle and give its advantages, into the buffer (and `output_dir/rollouts`)"
+    run, st = self.run, self.state
+    b, t = rollout_stage(self.m, recs, self.roll, self.upd, run.task, self.gens['rollout'], self.rank, self.world,
+                         self.gather, run.reward_workers, rollout)
+    if run.save_rollouts: _save_rollout(self.out, st['rollout_batches'], self.rank, b.r)
+    st['rollout_batches'] += 1
+    self.buffer.append(b)
+    for k in t: t_phase[k] += t[k]
+
+# %% ../nbs/12f_train.ipynb #upxkt168
+@patch
+def _keep_first(self:TrainingRun):
+    "Keep the run's first rollout batch and its records for the report, in the run's folder too"
+    self.first, self.first_recs = self.buffer[0].r, self.buffer[0].records
+    if self.main:
+        torch.save(dict(r=_rollout_to(self.first, 'cpu'), records=self.first_recs), self.out/'first_rollout.pt')
 
 # %% ../nbs/12f_train.ipynb #nmh4l5vo
 @patch
 def sample_cycle(self:TrainingRun, t_phase:dict):
     "A new cycle's `grad_accum` rollout batches (sampled in one call, or replayed), scored, in the buffer"
-    run, roll, state, m, rank, world = self.run, self.roll, self.state, self.m, self.rank, self.world
-    self.buffer = []
-    prompts = lambda: next_prompts(self.records, self.n_prompts, self.prompt_state, run.seed)
-    cycle = [[r_ for r_ in prompts() for _ in range(roll.group_size)] for _ in range(self.upd.grad_accum)]
-    if run.replay_rollouts:
-        rolls = [_replayed(run, state['rollout_batches'] + i, rank, world, roll, m.device) for i in range(len(cycle))]
-    # the whole cycle in one call
-    else: rolls, t_phase['rollout'] = cycle_rollouts(m, cycle, roll, self.gens['rollout'], rank, world)
-    for recs, replay in zip(cycle, rolls):
-        b, t = rollout_stage(m, recs, roll, self.upd, run.task, self.gens['rollout'], rank, world, self.gather,
-                             run.reward_workers, replay)
-        if run.save_rollouts: _save_rollout(self.out, state['rollout_batches'], rank, b.r)
-        state['rollout_batches'] += 1
-        self.buffer.append(b)
-        for k in t: t_phase[k] += t[k]
-    state['epoch'], state['cursor'] = self.prompt_state['epoch'], self.prompt_state['cursor']
-    if self.first is None:
-        self.first, self.first_recs = self.buffer[0].r, self.buffer[0].records
-        if self.main:
-            torch.save(dict(r=_rollout_to(self.first, 'cpu'), records=self.first_recs), self.out/'first_rollout.pt')
+    self.buffer, cycle = [], self._cycle_records()
+    for recs, r in zip(cycle, self._cycle_rollouts(cycle, t_phase)): self._stage_batch(recs, r, t_phase)
+    self.state['epoch'], self.state['cursor'] = self.prompt_state['epoch'], self.prompt_state['cursor']
+    if self.first is None: self._keep_first()
+
+# %% ../nbs/12f_train.ipynb #hi7hjc5x
+@patch
+def _fresh_segments(self:TrainingRun, b)->Tensor:
+    "[B, K] segments of buffered batch `b` for one update: this process's rows of one global draw"
+    B, N = self.roll.per_device_batch, self.roll.n_segments
+    keys = torch.rand(B * self.world, N, generator=self.gens['segments'])[self.rank * B:(self.rank + 1) * B]
+    return sample_segments(b.r, N, self.upd.segments_per_update, keys=keys)
+
+# %% ../nbs/12f_train.ipynb #rcix0wo7
+@patch
+def _process_mean(self:TrainingRun, mets:dict)->dict:
+    "The loss metrics averaged over all processes"
+    if self.world == 1: return mets
+    return {k: self.acc.reduce(torch.tensor(float(v), device=self.m.device), 'mean').item() for k, v in mets.items()}
 
 # %% ../nbs/12f_train.ipynb #dbl1nzrz
 @patch
 def update(self:TrainingRun)->tuple:
     "Differentiate the loss of every buffered batch, each with fresh segments: (loss metrics, pairs forwarded)"
-    acc, roll, upd, m, rank, world = self.acc, self.roll, self.upd, self.m, self.rank, self.world
-    mets, pairs, B = {}, 0, roll.per_device_batch
+    acc, m, mets, pairs = self.acc, self.m, {}, 0
     for b in self.buffer:
-        keys = torch.rand(B * world, roll.n_segments, generator=self.gens['segments'])[rank * B:(rank + 1) * B]
-        seg = sample_segments(b.r, roll.n_segments, upd.segments_per_update, keys=keys)
+        seg = self._fresh_segments(b)
         # one optimizer step per trainer step; the loss is divided by grad_accum
         with acc.accumulate(self.net), engine_forward(m, self.net), checkpoint_errors():
-            met, n = update_stage(m, b, seg, roll, upd, acc.backward)
+            met, n = update_stage(m, b, seg, self.roll, self.upd, acc.backward)
             # every process takes part in every reduction
             if n == 0: acc.backward(sum(p.sum() for p in self.params) * 0.)
         pairs += n
         for k, v in met.items(): mets[k] = mets.get(k, 0.) + v / len(self.buffer)
     # the loss metrics of all processes
-    if world > 1:
-        mets = {k: acc.reduce(torch.tensor(float(v), device=m.device), 'mean').item() for k, v in mets.items()}
-    return mets, pairs
+    return self._process_mean(mets), pairs
 
 # %% ../nbs/12f_train.ipynb #u3734ri9
 @patch
@@ -201,28 +314,21 @@ def step_optimizer(self:TrainingRun, mets:dict, skipped_before:int)->tuple:
     self.sched.step()
     return grad_norm, finite
 
-# %% ../nbs/12f_train.ipynb #jiq1jg24
+# %% ../nbs/12f_train.ipynb #vpajbkxk
 @patch
-def one_step(self:TrainingRun):
-    "One trainer step: a new cycle's rollouts when one starts, one optimizer step, its row, a checkpoint when due"
-    t_phase, st = dict(rollout=0., scoring=0., update=0.), self.state
-    if st['inner'] == 0 or self.buffer is None: self.sample_cycle(t_phase)
-    t0, skipped_before = time.perf_counter(), getattr(self.net, 'skipped_steps', 0)
-    # the rate this step uses
-    lr = self.opt.param_groups[0]['lr']
-    mets, pairs = self.update()
-    grad_norm, finite = self.step_optimizer(mets, skipped_before)
-    t_phase['update'] = time.perf_counter() - t0
+def _count_step(self:TrainingRun, finite:bool):
+    "Advance the counters: the step, the inner update within the cycle, and the skipped steps"
+    st = self.state
     st['step'] += 1
     st['inner'] = (st['inner'] + 1) % self.upd.inner_updates
     if not finite: st['skipped'] += 1
-    self.log_step(mets, pairs, grad_norm, finite, lr, t_phase)
-    # stops the run after max_skipped_steps skipped steps in a row
-    self.guard.check(grad_norm=grad_norm, **mets)
-    preempted = _any_process(self.acc, self.stop.requested)
-    due = self.run.save_steps and st['step'] % self.run.save_steps == 0
-    if due or st['step'] == self.run.max_steps or preempted: self.save(st['step'])
-    if preempted: self.exit_preempted()
+
+# %% ../nbs/12f_train.ipynb #i7t5rcba
+@patch
+def _write_row(self:TrainingRun, row:dict):
+    "Append `row` to metrics.jsonl and move the progress bar (main process)"
+    self.log.write(json.dumps(row) + '\n'); self.log.flush()
+    self.bar.update(1); self.bar.set_postfix(reward=f"{row['reward']:.3f}")
 
 # %% ../nbs/12f_train.ipynb #8ssj6lc9
 @patch
@@ -235,8 +341,7 @@ def log_step(self:TrainingRun, mets:dict, pairs:int, grad_norm:float, finite:boo
                fwd_per_seq=(self.roll.steps if t_phase['rollout'] else 0) + pairs / (B * len(buf)),
                **{f"{k}_s": v for k, v in t_phase.items()})
     if self.main:
-        self.log.write(json.dumps(row) + '\n'); self.log.flush()
-        self.bar.update(1); self.bar.set_postfix(reward=f"{rm['reward']:.3f}")
+        self._write_row(row)
         if not finite:
             print(f"step {st['step']}: non-finite loss or gradient norm ({grad_norm}); optimizer step skipped",
                   flush=True)
@@ -250,6 +355,27 @@ def save(self:TrainingRun, step:int):
     buffer = self.buffer if self.state['inner'] else None
     save_checkpoint(self.acc, self.out/f"checkpoint-{step}", self.m, self.state, buffer, self.gens, self.cfg, extra)
     if self.main and self.run.save_total_limit: prune(self.out, self.run.save_total_limit)
+
+# %% ../nbs/12f_train.ipynb #jiq1jg24
+@patch
+def one_step(self:TrainingRun):
+    "One trainer step: a new cycle's rollouts when one starts, one optimizer step, its row, a checkpoint when due"
+    t_phase, st = dict(rollout=0., scoring=0., update=0.), self.state
+    if st['inner'] == 0 or self.buffer is None: self.sample_cycle(t_phase)
+    t0, skipped_before = time.perf_counter(), getattr(self.net, 'skipped_steps', 0)
+    # the rate this step uses
+    lr = self.opt.param_groups[0]['lr']
+    mets, pairs = self.update()
+    grad_norm, finite = self.step_optimizer(mets, skipped_before)
+    t_phase['update'] = time.perf_counter() - t0
+    self._count_step(finite)
+    self.log_step(mets, pairs, grad_norm, finite, lr, t_phase)
+    # stops the run after max_skipped_steps skipped steps in a row
+    self.guard.check(grad_norm=grad_norm, **mets)
+    preempted = _any_process(self.acc, self.stop.requested)
+    due = self.run.save_steps and st['step'] % self.run.save_steps == 0
+    if due or st['step'] == self.run.max_steps or preempted: self.save(st['step'])
+    if preempted: self.exit_preempted()
 
 # %% ../nbs/12f_train.ipynb #dnrpw8sr
 @patch
@@ -268,27 +394,13 @@ def exit_preempted(self:TrainingRun):
                         f"{resume_command(self.out)}", flush=True)
     raise SystemExit(self.stop.exit_code or 143)
 
-# %% ../nbs/12f_train.ipynb #o9vbo2si
+# %% ../nbs/12f_train.ipynb #03k9eo7x
 @patch
-def finish(self:TrainingRun)->dict:
-    "Check the processes still agree, evaluate after RL, write report.html and summary.json: the summary"
-    self.close_log()
-    check_same_params(self.acc, self.m.model, 'end')
-    run, roll, m, held, main, s = self.run, self.roll, self.m, self.held, self.main, self.summary
-    if held:
-        s['after'] = self.greedy()
-        if main: print(f"after RL:  {_metrics_line(s['after'])}")
-    # the order task: the sampled policy (the one RL trains) before and after
-    if main and held and run.task == 'order':
-        start = load_policy(run, roll, m.device)
-        s.update(sampled_before=sampled_eval(start, held, run.task, roll),
-                 sampled_after=sampled_eval(m, held, run.task, roll))
-        del start
-    if main and run.report and self.first is not None: self.write_html_report()
-    if main: (self.out/'summary.json').write_text(json.dumps(s, indent=1))
-    if run.report_to != 'none': self.acc.end_training()
-    s['model'] = m
-    return s
+def _sampled_evals(self:TrainingRun):
+    "The order task: the sampled policy (the one RL trains) scored before and after RL, into the summary"
+    start = load_policy(self.run, self.roll, self.m.device)
+    self.summary.update(sampled_before=sampled_eval(start, self.held, self.run.task, self.roll),
+                        sampled_after=sampled_eval(self.m, self.held, self.run.task, self.roll))
 
 # %% ../nbs/12f_train.ipynb #gwt9y4ef
 @patch
@@ -301,33 +413,20 @@ def write_html_report(self:TrainingRun):
     self.summary['report'] = str(report)
     print(f"report: {self.summary['report']}")
 
-# %% ../nbs/12f_train.ipynb #pnubnj30
-def _metrics_line(d:dict)->str:
-    "The metrics `d` on one line, three decimals each"
-    return ', '.join(f"{k} {v:.3f}" for k, v in d.items())
-
-# %% ../nbs/12f_train.ipynb #1nzt67kv
-def _first_rollout(out:Path, ckpt, device)->tuple:
-    "(the first rollout batch of a resumed run, its records), kept for the report; (None, None) when there is none"
-    p = out/'first_rollout.pt'
-    if not (ckpt and p.exists()): return None, None
-    f = torch.load(p, weights_only=False)
-    return _rollout_to(f['r'], device), f['records']
-
-# %% ../nbs/12f_train.ipynb #30mxeoex
-def _save_rollout(out:Path, i:int, rank:int, r:Rollout):
-    "Keep rollout batch `i` of process `rank` under `out/rollouts`"
-    (out/'rollouts').mkdir(parents=True, exist_ok=True)
-    torch.save(_rollout_to(r, 'cpu'), out/'rollouts'/f"batch{i:06d}-rank{rank}.pt")
-
-# %% ../nbs/12f_train.ipynb #lxvafham
-def _replayed(run:RunCfg, i:int, rank:int, world:int, roll:RolloutCfg, device)->Rollout:
-    "This process's rows of recorded rollout batch `i` (the recording may come from another number of processes)"
-    rank_of = lambda p: int(p.stem.split('rank')[1])
-    files = sorted(Path(run.replay_rollouts).glob(f"batch{i:06d}-rank*.pt"), key=rank_of)
-    if not files: raise ValueError(f"replay_rollouts: no recorded batch {i} in {run.replay_rollouts!r}")
-    rs = [torch.load(f, weights_only=False) for f in files]
-    cat = {f.name: torch.cat([getattr(r_, f.name) for r_ in rs]) for f in fields(rs[0])
-           if isinstance(getattr(rs[0], f.name), Tensor)}
-    b = roll.per_device_batch
-    return _rollout_to(dataclasses.replace(rs[0], **{k: v[rank * b:(rank + 1) * b] for k, v in cat.items()}), device)
+# %% ../nbs/12f_train.ipynb #o9vbo2si
+@patch
+def finish(self:TrainingRun)->dict:
+    "Check the processes still agree, evaluate after RL, write report.html and summary.json: the summary"
+    self.close_log()
+    check_same_params(self.acc, self.m.model, 'end')
+    run, held, main, s = self.run, self.held, self.main, self.summary
+    if held:
+        s['after'] = self.greedy()
+        if main: print(f"after RL:  {_metrics_line(s['after'])}")
+    # the order task: the sampled policy (the one RL trains) before and after
+    if main and held and run.task == 'order': self._sampled_evals()
+    if main and run.report and self.first is not None: self.write_html_report()
+    if main: (self.out/'summary.json').write_text(json.dumps(s, indent=1))
+    if run.report_to != 'none': self.acc.end_training()
+    s['model'] = self.m
+    return s

@@ -1,20 +1,18 @@
 """The house's proportions: modules under 600 lines, functions under 60, lines under 120 characters (nbdev's generated
-`__all__` aside), comments on their own line (docments aside), exported notebook cells under 40 lines with a median of at most 8, and every top-level name
-defined in one module only. `python tests/test_house.py` prints the figures and every offender."""
+`__all__` aside), comments on their own line (docments aside), exported notebook cells under 40 lines with a median
+of at most 8, every top-level name defined in one module only, on the module pages no prose cell of 250 words or more
+and a shown example of every public name. `python tests/test_house.py` prints the figures and every offender."""
 import ast, io, json, re, statistics, tokenize
 from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG, NBS = ROOT/'mapg', ROOT/'nbs'
-MAX_MODULE, MAX_FUNCTION, MAX_LINE, MAX_CELL = 600, 60, 120, 40
-# the aim is a median of 8 lines; one definition per cell gives 10 today, and this keeps it from growing
-MEDIAN_CELL = 10
+MAX_MODULE, MAX_FUNCTION, MAX_LINE, MAX_CELL, MEDIAN_CELL, MAX_PROSE = 600, 60, 120, 40, 8, 250
 # exported cells allowed over MAX_CELL, by the name they define, and why
 LONG_CELLS_KNOWN = {
     **dict.fromkeys(('_sbx_enc', '_sbx_dec', '_sbx_serve', '_sbx_main', '_jdg_link', '_mv_serve'),
                     'runs in a child process after untrusted code: self-contained, it looks up no module-level helper'),
-    '_run': "one sandbox run's resources and their cleanup in one try/finally: not split yet",
     'RunCfg': 'a config record: one field per option, each with its help text',
     'EvalArgs': 'a config record: one field per option, each with its help text'}
 MODULES = sorted(p for p in PKG.rglob('*.py') if p.name != '_modidx.py')
@@ -70,8 +68,39 @@ def exported_cells()->list:
                 out.append((len(src.splitlines()), nb.name, _defines(src)))
     return out
 
+def module_pages()->list: return sorted(NBS.glob('[0-9]*.ipynb'))
+
+def long_prose()->list:
+    "(notebook, cell index, words) of the module pages' markdown cells of MAX_PROSE words or more"
+    return [(nb.name, i, n) for nb in module_pages() for i, c in enumerate(json.loads(nb.read_text())['cells'])
+            if c['cell_type'] == 'markdown' and (n := len(''.join(c['source']).split())) >= MAX_PROSE]
+
+def public_names(src:str)->list:
+    "The public functions and classes a cell defines, with the public methods of its classes"
+    out = []
+    for n in ast.parse(src).body:
+        if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and not n.name.startswith('_'):
+            out.append(n.name)
+            if isinstance(n, ast.ClassDef):
+                out += [m.name for m in n.body if isinstance(m, ast.FunctionDef) and not m.name.startswith('_')]
+    return out
+
+def _shown(src:str)->bool: return not re.search(r'^#\|\s*(export|hide)', src, re.M)
+
+def unshown_names()->list:
+    "(notebook, name) of each public name that no later shown code cell of its page uses"
+    out = []
+    for nb in module_pages():
+        cells = [(c['cell_type'], ''.join(c['source'])) for c in json.loads(nb.read_text())['cells']]
+        for i, (kind, src) in enumerate(cells):
+            if kind != 'code' or not re.search(r'^#\|\s*export', src, re.M): continue
+            later = [s for k, s in cells[i + 1:] if k == 'code' and _shown(s)]
+            out += [(nb.name, n) for n in public_names(src) if not any(re.search(rf'\b{n}\b', s) for s in later)]
+    return out
+
 def _is_patch(d)->bool:
-    "A fastcore `@patch`: the function is a method of the class its first parameter names, not a module's name"
+    "A fastcore `@patch` (or `@patch(...)`): the function is a method of the class its first parameter names"
+    if isinstance(d, ast.Call): d = d.func
     return (d.id if isinstance(d, ast.Name) else getattr(d, 'attr', None)) == 'patch'
 
 def shared_names()->dict:
@@ -103,11 +132,16 @@ def test_exported_cells_are_short():
     assert not set(LONG_CELLS_KNOWN) - set(long), 'no longer long: remove from LONG_CELLS_KNOWN'
     assert statistics.median(n for n, *_ in cells) <= MEDIAN_CELL
 
+def test_module_pages_have_no_long_prose(): assert not long_prose()
+def test_public_names_have_a_shown_example(): assert not unshown_names()
+
 def test_the_rules_see_what_they_check():
     "The checks find what they look for: a trailing comment, a docments comment left alone"
     src = "def f(a:int, # a docment\n      b=1):\n    x = a  # a trailing comment\n    # its own line\n    return x\n"
     assert trailing_comments(src) == [3]
     assert docments_lines(src) == {1, 2}
+    assert public_names("class A:\n    def f(self): pass\n    def _g(self): pass\ndef h(): pass\n_i = 1") == ['A', 'f', 'h']
+    assert _shown('x = 1') and not _shown('#| hide\nx = 1') and not _shown('#| export\ndef f(): pass')
 
 if __name__ == '__main__':
     for rule, found in module_offenders().items(): print(f"{rule}: {len(found)}", *found[:40], sep='\n  ')
@@ -116,3 +150,5 @@ if __name__ == '__main__':
           f"{sum(n >= MAX_CELL for n, *_ in cells)} of {MAX_CELL}+ lines",
           *[f"{nb}: {name}: {n}" for n, nb, name in cells if n >= MAX_CELL], sep='\n  ')
     print('names in several modules:', shared_names())
+    print(f'prose cells of {MAX_PROSE}+ words on module pages:', long_prose())
+    print('public names without a shown example:', unshown_names())

@@ -159,61 +159,110 @@ def _read_back(f, n:int)->bytes:
     _quietly(f.close)
     return b
 
+# %% ../../nbs/08_sandbox.ipynb #5i62ww1b
+@dataclass
+class _RunState:
+    "One run's resources, each None (or empty) until acquired: the cleanup releases exactly what there is"
+    cfg:SandboxCfg              # the run's limits
+    judged:bool                 # a confined judge runs the tests (else they run in the sandbox)
+    uid:int|None=None           # the sandbox's uid (as root; else None), then the judge's
+    juid:int|None=None
+    work:str|None=None          # the sandbox's work dir, then the judge's
+    jwork:str|None=None
+    out:object=None             # the temporary file the sandbox writes its output to, then the judge's
+    jout:object=None
+    cg:str|None=None            # the run's memory cgroup
+    secret:str=''               # the run's token, on every event line
+    t0:float=0.                 # when the run started (its resources acquired)
+    p:object=None               # the sandbox's process, then the judge's
+    jp:object=None
+    r:int|None=None             # the read end of the result pipe
+    buf:bytes=b''               # the event lines read
+    timed_out:bool=True         # the run reached its wall-clock limit
+    opened:list=field(default_factory=list) # pipe ends not closed yet
+    joined:list=field(default_factory=list) # the pids put in the memory cgroup
+
+# %% ../../nbs/08_sandbox.ipynb #8yh90s3l
+def _open_pipe(st:_RunState)->tuple:
+    "A new pipe, both its ends noted as open"
+    fds = os.pipe(); st.opened.extend(fds); return fds
+
+# %% ../../nbs/08_sandbox.ipynb #zpamyngf
+def _close_pipe(st:_RunState, fd:int):
+    "Close pipe end `fd` if it is still open; never raises"
+    if fd in st.opened: st.opened.remove(fd); _quietly(os.close, fd)
+
+# %% ../../nbs/08_sandbox.ipynb #rqp5v62a
+def _join_cg(st:_RunState, pid:int):
+    "Put child `pid` in the run's memory cgroup before it has its job: all it will ever start is counted"
+    if st.cg: _memcg_join(st.cg, pid); st.joined.append(pid)
+
+# %% ../../nbs/08_sandbox.ipynb #gmlpwzct
+def _acquire_run(st:_RunState):
+    "The run's uids (as root), work dirs, output files and memory cgroup, in that order; then its token and start"
+    if os.geteuid() == 0: st.uid = _UIDS.get(); st.juid = _UIDS.get()
+    # the scoring process's pid: its own runs' folders are told apart
+    pre = f'mapg-sbx-{os.getpid()}-'
+    st.work = tempfile.mkdtemp(prefix=pre)
+    if st.judged: st.jwork = tempfile.mkdtemp(prefix=pre)
+    st.out = tempfile.TemporaryFile()
+    if st.judged: st.jout = tempfile.TemporaryFile()
+    if st.uid is not None: st.cg = _memcg_make(f'mapg-sbx-{st.uid}', st.cfg.memory)
+    st.secret, st.t0 = secrets.token_hex(8), time.monotonic()
+
+# %% ../../nbs/08_sandbox.ipynb #6xxoa9c1
+def _start_run(st:_RunState, code, tests, imports, helpers, entry_point):
+    "Spawn the sandbox (then, judged, the judge) and read the verdicts until the end marker, the deadline or EOF"
+    cfg, judged, lim = st.cfg, st.judged, _limits(st.cfg, st.secret)
+    (st.r, w), (life_r, life_w), (jlife_r, jlife_w) = _open_pipe(st), _open_pipe(st), _open_pipe(st)
+    (req_r, req_w), (resp_r, resp_w) = (_open_pipe(st), _open_pipe(st)) if judged else ((-1, -1), (-1, -1))
+    job = dict(lim, mode='serve' if judged else 'run', code=str(code), tests=[] if judged else tests,
+               imports=imports, fd=resp_w if judged else w, req=req_r, life=life_r, uid=st.uid, work=st.work,
+               memory=cfg.memory, disk=cfg.disk, inodes=cfg.inodes)
+    st.p = _spawn(_child_source(), job, cfg.python or sys.executable, st.out.fileno(),
+                  tuple(f for f in (job['fd'], req_r, life_r) if f >= 0), st.work, lambda pid: _join_cg(st, pid))
+    for fd in (resp_w, req_r, life_r) if judged else (w, life_r): _close_pipe(st, fd)
+    if judged:
+        fds = (w, req_w, resp_r, jlife_r)
+        jjob = _judge_job(cfg, lim, tests, imports, helpers, entry_point, st.juid, st.jwork, fds)
+        st.jp = _spawn(_child_source(), jjob, sys.executable, st.jout.fileno(), fds, st.jwork)
+        for fd in fds: _close_pipe(st, fd)
+    st.buf, st.timed_out = _read_results(st.r, (st.jp or st.p).pid, st.t0 + cfg.timeout, st.secret)
+    # the child should be exiting
+    if not judged: st.timed_out = st.timed_out or not _wait_exit(st.p.pid, st.t0 + cfg.timeout)
+
+# %% ../../nbs/08_sandbox.ipynb #tfl2cj0t
+def _release_run(st:_RunState, n:int)->tuple:
+    "Release all `st` holds, in order, never raising; `(isolation, setup_ok, passed, error, output, judge output)`"
+    for fd in list(st.opened):
+        # the life pipes: each PID 1 and all in its namespace are killed
+        if fd != st.r: _close_pipe(st, fd)
+    _reap((st.jp, st.p))
+    _close_pipe(st, st.r)
+    iso, ok, passed, err = _parse_results(st.buf, st.secret, n, heads=2 if st.judged else 1)
+    _free_uids(((st.uid, st.p, iso), (st.juid, st.jp, iso.get('judge', {}))))
+    if st.cg: _memcg_drop(st.cg)
+    iso['memcg'] = bool(st.joined)
+    output, joutput = _read_back(st.out, st.cfg.max_output), _read_back(st.jout, st.cfg.max_output)
+    for d in (st.work, st.jwork):
+        if d: _rmtree(d)
+    return iso, ok, passed, err, output, joutput
+
 # %% ../../nbs/08_sandbox.ipynb #u7uc1pzu
 def _run(code, tests, imports, cfg, judged, helpers=None, entry_point=None)->RunResult:
     "One sandboxed run: the child alone (`judged=False`: `tests` run inside it) or the child and a confined judge"
     cfg = cfg or SandboxCfg()
     tests, imports = [str(t) for t in tests], [str(s) for s in imports]
-    uid, juid = (_UIDS.get(), _UIDS.get()) if os.geteuid() == 0 else (None, None)
-    # the scoring process's pid: its own runs' folders are told apart
-    pre = f'mapg-sbx-{os.getpid()}-'
-    work, jwork = tempfile.mkdtemp(prefix=pre), tempfile.mkdtemp(prefix=pre) if judged else None
-    out, jout = tempfile.TemporaryFile(), tempfile.TemporaryFile() if judged else None
-    cg = _memcg_make(f'mapg-sbx-{uid}', cfg.memory) if uid is not None else None
-    secret, t0 = secrets.token_hex(8), time.monotonic()
-    p, jp, buf, timed_out, opened, joined = None, None, b'', True, [], []
-    def pipe():
-        fds = os.pipe(); opened.extend(fds); return fds
-    def close(fd):
-        if fd in opened: opened.remove(fd); _quietly(os.close, fd)
-    def enter(pid):   # before the child has its job: all it will ever start is counted
-        if cg: _memcg_join(cg, pid); joined.append(pid)
-    lim = _limits(cfg, secret)
+    st = _RunState(cfg, judged)
     try:
-        (r, w), (life_r, life_w), (jlife_r, jlife_w) = pipe(), pipe(), pipe()
-        (req_r, req_w), (resp_r, resp_w) = (pipe(), pipe()) if judged else ((-1, -1), (-1, -1))
-        job = dict(lim, mode='serve' if judged else 'run', code=str(code), tests=[] if judged else tests,
-                   imports=imports, fd=resp_w if judged else w, req=req_r, life=life_r, uid=uid, work=work,
-                   memory=cfg.memory, disk=cfg.disk, inodes=cfg.inodes)
-        p = _spawn(_child_source(), job, cfg.python or sys.executable, out.fileno(),
-                   tuple(f for f in (job['fd'], req_r, life_r) if f >= 0), work, enter)
-        for fd in (resp_w, req_r, life_r) if judged else (w, life_r): close(fd)
-        if judged:
-            fds = (w, req_w, resp_r, jlife_r)
-            jjob = _judge_job(cfg, lim, tests, imports, helpers, entry_point, juid, jwork, fds)
-            jp = _spawn(_child_source(), jjob, sys.executable, jout.fileno(), fds, jwork)
-            for fd in fds: close(fd)
-        buf, timed_out = _read_results(r, (jp or p).pid, t0 + cfg.timeout, secret)
-        # the child should be exiting
-        if not judged: timed_out = timed_out or not _wait_exit(p.pid, t0 + cfg.timeout)
-    finally:
-        for fd in list(opened):
-            # the life pipes: each PID 1 and all in its namespace are killed
-            if fd != r: close(fd)
-        _reap((jp, p))
-        close(r)
-        iso, ok, passed, err = _parse_results(buf, secret, len(tests), heads=2 if judged else 1)
-        _free_uids(((uid, p, iso), (juid, jp, iso.get('judge', {}))))
-        if cg: _memcg_drop(cg)
-        iso['memcg'] = bool(joined)
-        output, joutput = _read_back(out, cfg.max_output), _read_back(jout, cfg.max_output)
-        for d in (work, jwork):
-            if d: _rmtree(d)
+        _acquire_run(st)
+        _start_run(st, code, tests, imports, helpers, entry_point)
+    finally: iso, ok, passed, err, output, joutput = _release_run(st, len(tests))
     if err is not None: raise SandboxError(f"sandbox isolation failed, program not run: {err}")
     _check_isolation(iso, cfg)
-    status = 'timeout' if timed_out else 'ok' if buf.endswith(f'{secret} E\n'.encode()) else 'crashed'
-    return RunResult(status, passed, ok, p.returncode, output.decode(errors='replace'), time.monotonic() - t0, iso,
-                     joutput.decode(errors='replace'))
+    status = 'timeout' if st.timed_out else 'ok' if st.buf.endswith(f'{st.secret} E\n'.encode()) else 'crashed'
+    return RunResult(status, passed, ok, st.p.returncode, output.decode(errors='replace'), time.monotonic() - st.t0,
+                     iso, joutput.decode(errors='replace'))
 
 # %% ../../nbs/08_sandbox.ipynb #954fe679
 def run_program(code:str,             # the program (model output), run as module `solution`
