@@ -120,18 +120,11 @@ def have_math_verify()->bool:
     "Whether the optional `math-verify` package can be used"
     return _mv()
 
-# %% ../nbs/09_rewards_math.ipynb #d1d40292
-def _mv_serve():
-    "Helper side: warm up, then answer `(pred, gold, cpu, kind)` requests on stdin with one byte (`1` equal, `0` not)"
-    import logging, os, resource, signal, sys, marshal
+# %% ../nbs/09_rewards_math.ipynb #71xqz4im
+def _mv_decimal(mv, sympy):
+    "`decimal_equal(dec, gold)`: plain decimal `dec` against `gold`'s exact value, to far more digits than `dec`"
     from fractions import Fraction
-    logging.disable(logging.CRITICAL)
-    import math_verify as mv, sympy
-    class OutOfCPU(BaseException):
-        "Past the request's CPU budget (a BaseException: math-verify's own handlers let it by)"
-    def on_prof(*a): raise OutOfCPU()
-    signal.signal(signal.SIGPROF, on_prof)
-    def decimal_equal(dec, gold):   # `dec` a plain decimal; `gold`'s exact value to far more digits than `dec`
+    def decimal_equal(dec, gold):
         x = next((e for e in mv.parse('\\boxed{' + gold + '}', parsing_timeout=0) if isinstance(e, sympy.Expr)), None)
         if x is None or x.free_symbols or not x.is_number: return False
         # a rational in disguise (sqrt(4)) becomes one
@@ -141,6 +134,19 @@ def _mv_serve():
         if len(dec.partition('.')[2]) < MIN_DECIMALS: return False
         v = sympy.N(x, len(dec) + 30)
         return bool(v.is_Float) and _within_half_unit(dec, Fraction(str(v)))
+    return decimal_equal
+
+# %% ../nbs/09_rewards_math.ipynb #d1d40292
+def _mv_serve():
+    "Helper side: warm up, then answer `(pred, gold, cpu, kind)` requests on stdin with one byte (`1` equal, `0` not)"
+    import logging, os, resource, signal, sys, marshal
+    logging.disable(logging.CRITICAL)
+    import math_verify as mv, sympy
+    class OutOfCPU(BaseException):
+        "Past the request's CPU budget (a BaseException: math-verify's own handlers let it by)"
+    def on_prof(*a): raise OutOfCPU()
+    signal.signal(signal.SIGPROF, on_prof)
+    decimal_equal = _mv_decimal(mv, sympy)
     def equal(pred, gold, cpu, kind='sym'):
         r = resource.getrusage(resource.RUSAGE_SELF)
         # backstop: past it the kernel ends the helper (SIGXCPU)
@@ -178,7 +184,7 @@ class _MathWorker:
 @patch
 def _start(self:_MathWorker):
     src = (f'MIN_DECIMALS = {MIN_DECIMALS}\n{inspect.getsource(_within_half_unit)}\n'
-           f'{inspect.getsource(_mv_serve)}\n{_mv_serve.__name__}()\n')
+           f'{inspect.getsource(_mv_decimal)}\n{inspect.getsource(_mv_serve)}\n{_mv_serve.__name__}()\n')
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     self.p = subprocess.Popen([sys.executable, '-c', src], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, env=env, start_new_session=True)

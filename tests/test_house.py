@@ -11,8 +11,6 @@ PKG, NBS = ROOT/'mapg', ROOT/'nbs'
 MAX_MODULE, MAX_FUNCTION, MAX_LINE, MAX_CELL, MEDIAN_CELL, MAX_PROSE = 600, 60, 120, 40, 8, 250
 # exported cells allowed over MAX_CELL, by the name they define, and why
 LONG_CELLS_KNOWN = {
-    **dict.fromkeys(('_sbx_enc', '_sbx_dec', '_sbx_serve', '_sbx_main', '_jdg_link', '_mv_serve'),
-                    'runs in a child process after untrusted code: self-contained, it looks up no module-level helper'),
     'RunCfg': 'a config record: one field per option, each with its help text',
     'EvalArgs': 'a config record: one field per option, each with its help text'}
 MODULES = sorted(p for p in PKG.rglob('*.py') if p.name != '_modidx.py')

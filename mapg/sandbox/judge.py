@@ -91,32 +91,13 @@ def _jdg_write_back(a, k, a2, k2):
         if type(x) is list and type(y) is list: x[:] = y
         elif type(x) in (dict, set) and type(y) is type(x): x.clear(); x.update(y)
 
-# %% ../../nbs/08d_sandbox_judge.ipynb #cdd1ca31
-def _jdg_link(job, codec, errors)->tuple:
-    "The judge's end of the calls: `(answer, Remote, state)`; a `Remote` stands for an object kept in the sandbox"
+# %% ../../nbs/08d_sandbox_judge.ipynb #ktol5kgd
+def _jdg_calls(job, codec, errors, state, handle, jref)->tuple:
+    "`(answer, rpc)`: the sandbox's next answer, read; one call (`op` 'call' or 'getattr') made, its result returned"
     enc, dec, send_msg = codec
     SandboxGone, RemoteError, REMOTE = errors
     req, resp, cap = job['req'], job['resp'], job['max_value']
-    state = dict(buf=b'', dead=None, seq=0)
     recv = _jdg_reader(resp, cap, state, SandboxGone)
-    class Remote:
-        "An object that stays in the sandbox: callable, its attributes readable; equal only to itself, no truth value"
-        __slots__ = ('_ref',)
-        def __init__(self, ref): object.__setattr__(self, '_ref', ref)
-        def __call__(self, *a, **k): return rpc('call', self, a, k)
-        def __getattr__(self, name):
-            if name.startswith('__'): raise AttributeError(name)
-            return rpc('getattr', self, (name,), {})
-        def __setattr__(self, name, v): raise TypeError('objects in the sandbox are read-only here')
-        def __bool__(self): raise TypeError('an object that stays in the sandbox has no truth value')
-        def __eq__(self, o): return self is o
-        def __ne__(self, o): return self is not o
-        __hash__ = object.__hash__
-        def __repr__(self): return f'<sandbox object {self._ref}>'
-    def handle(r): return Remote(r) if type(r) is int else None
-    def jref(v):
-        if type(v) is Remote: return v._ref
-        raise TypeError(f'a {type(v).__name__} cannot be passed to the sandbox')
     def answer():
         # one answer decodes to at most the run's own memory
         try: m = dec(recv(), handle, job['value_memory'])
@@ -138,6 +119,31 @@ def _jdg_link(job, codec, errors)->tuple:
             # a lookup in the judge's own table: nothing is resolved
             raise REMOTE.get(m[2], RemoteError)(m[2], m[3])
         state['dead'] = 'malformed answer'; raise SandboxGone(state['dead'])
+    return answer, rpc
+
+# %% ../../nbs/08d_sandbox_judge.ipynb #cdd1ca31
+def _jdg_link(job, codec, errors)->tuple:
+    "The judge's end of the calls: `(answer, Remote, state)`; a `Remote` stands for an object kept in the sandbox"
+    state = dict(buf=b'', dead=None, seq=0)
+    class Remote:
+        "An object that stays in the sandbox: callable, its attributes readable; equal only to itself, no truth value"
+        __slots__ = ('_ref',)
+        def __init__(self, ref): object.__setattr__(self, '_ref', ref)
+        def __call__(self, *a, **k): return rpc('call', self, a, k)
+        def __getattr__(self, name):
+            if name.startswith('__'): raise AttributeError(name)
+            return rpc('getattr', self, (name,), {})
+        def __setattr__(self, name, v): raise TypeError('objects in the sandbox are read-only here')
+        def __bool__(self): raise TypeError('an object that stays in the sandbox has no truth value')
+        def __eq__(self, o): return self is o
+        def __ne__(self, o): return self is not o
+        __hash__ = object.__hash__
+        def __repr__(self): return f'<sandbox object {self._ref}>'
+    def handle(r): return Remote(r) if type(r) is int else None
+    def jref(v):
+        if type(v) is Remote: return v._ref
+        raise TypeError(f'a {type(v).__name__} cannot be passed to the sandbox')
+    answer, rpc = _jdg_calls(job, codec, errors, state, handle, jref)
     return answer, Remote, state
 
 # %% ../../nbs/08d_sandbox_judge.ipynb #a18f87fe

@@ -9,21 +9,22 @@ import ast
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/08a_sandbox_protocol.ipynb #75ecd9b0
-def _sbx_enc():
-    "The writer: `enc(value, ref, cap) -> str`, exact built-in types only; `ref(v)` numbers a value that may not cross"
+# %% ../../nbs/08a_sandbox_protocol.ipynb #l0n3w4e8
+def _sbx_enc_std():
+    "`std(t)`: 'd' / 'l' for the standard library's Counter, OrderedDict, defaultdict / deque (loaded if returned)"
     import sys
-    SEQ = {list: 'l', tuple: 't', set: 'S', frozenset: 'R'}
-    def std(t):   # 'd' / 'l' for the standard library's Counter, OrderedDict, defaultdict / deque (loaded if returned)
+    def std(t):
         c = sys.modules.get('collections')
         if c is None: return None
         return 'd' if t in (c.Counter, c.OrderedDict, c.defaultdict) else 'l' if t is c.deque else None
-    def enc(v, ref, cap):
-        out, n = [], [0]
-        def put(s):
-            n[0] += len(s)
-            if n[0] > cap: raise ValueError(f'value larger than {cap} characters')
-            out.append(s)
+    return std
+
+# %% ../../nbs/08a_sandbox_protocol.ipynb #o2oggfxi
+def _sbx_enc_walk():
+    "`walk(put, ref, cap)`: the writer's walk over a value, each piece handed to `put`; `ref(v)` numbers the rest"
+    SEQ = {list: 'l', tuple: 't', set: 'S', frozenset: 'R'}
+    std = _sbx_enc_std()
+    def walk(put, ref, cap):
         def go(v, depth):
             if depth > 100: raise ValueError('value nested deeper than 100 levels')
             t = type(v)
@@ -51,22 +52,65 @@ def _sbx_enc():
                 go(dict(dict.items(v)) if k == 'd' else list(v), depth)
             # raises TypeError where the value may not cross
             else: put(f'h{ref(v)};')
-        go(v, 0)
+        return go
+    return walk
+
+# %% ../../nbs/08a_sandbox_protocol.ipynb #75ecd9b0
+def _sbx_enc():
+    "The writer: `enc(value, ref, cap) -> str`, exact built-in types only; `ref(v)` numbers a value that may not cross"
+    walk = _sbx_enc_walk()
+    def enc(v, ref, cap):
+        out, n = [], [0]
+        def put(s):
+            n[0] += len(s)
+            if n[0] > cap: raise ValueError(f'value larger than {cap} characters')
+            out.append(s)
+        walk(put, ref, cap)(v, 0)
         return ''.join(out)
     return enc
 
-# %% ../../nbs/08a_sandbox_protocol.ipynb #1a2e7a9c
-def _sbx_dec():
-    "The reader: `dec(text, ref, budget) -> value`, fresh built-in objects only, at most `budget` bytes of them"
+# %% ../../nbs/08a_sandbox_protocol.ipynb #pri548p2
+def _sbx_dec_meter():
+    "`meter(budget) -> (spend, made)`: the reader's count of the bytes its objects take, at most `budget` (None: any)"
     import sys
-    MAKE = {'l': list, 't': tuple, 'S': set, 'R': frozenset}
-    def dec(s, ref, budget=None):   # budget: bytes the decoded objects may take (None: unbounded, trusted text)
-        i, used = 0, 0
+    def meter(budget):
+        used = 0
         def spend(n):
             nonlocal used
             used += n
             if budget is not None and used > budget: raise ValueError(f'value decodes to more than {budget} bytes')
         def made(x): spend(sys.getsizeof(x)); return x
+        return spend, made
+    return meter
+
+# %% ../../nbs/08a_sandbox_protocol.ipynb #45ojwny1
+def _sbx_dec_box():
+    "`box(s, num, spend, made, go)`: the reader of containers, `read(tag, depth)`, given the reader's own steps"
+    MAKE = {'l': list, 't': tuple, 'S': set, 'R': frozenset}
+    def box(s, num, spend, made, go):
+        def read(c, depth):
+            if c in MAKE:
+                k = int(num())
+                if k < 0 or k > len(s): raise ValueError('bad length')
+                # the container, before its items are built, and after
+                spend(64 + (8 if c in 'lt' else 64) * k)
+                return made(MAKE[c]([go(depth + 1) for _ in range(k)]))
+            k = int(num())
+            if k < 0 or k > len(s): raise ValueError('bad length')
+            spend(64 + 104 * k)
+            d = {}
+            for _ in range(k):
+                key = go(depth + 1); d[key] = go(depth + 1)
+            return made(d)
+        return read
+    return box
+
+# %% ../../nbs/08a_sandbox_protocol.ipynb #1a2e7a9c
+def _sbx_dec():
+    "The reader: `dec(text, ref, budget) -> value`, fresh built-in objects only, at most `budget` bytes of them"
+    meter, box = _sbx_dec_meter(), _sbx_dec_box()
+    def dec(s, ref, budget=None):   # budget: bytes the decoded objects may take (None: unbounded, trusted text)
+        i, (spend, made) = 0, meter(budget)
         def num(end=';'):
             nonlocal i
             j = s.index(end, i, i + 64)
@@ -89,22 +133,10 @@ def _sbx_dec():
                 if k < 0 or i + k > len(s): raise ValueError('truncated string')
                 x = s[i:i + k]; i += k
                 return made(x if c == 's' else x.encode('latin-1'))
-            if c in MAKE:
-                k = int(num())
-                if k < 0 or k > len(s): raise ValueError('bad length')
-                # the container, before its items are built, and after
-                spend(64 + (8 if c in 'lt' else 64) * k)
-                return made(MAKE[c]([go(depth + 1) for _ in range(k)]))
-            if c == 'd':
-                k = int(num())
-                if k < 0 or k > len(s): raise ValueError('bad length')
-                spend(64 + 104 * k)
-                d = {}
-                for _ in range(k):
-                    key = go(depth + 1); d[key] = go(depth + 1)
-                return made(d)
+            if c in 'ltSRd': return read(c, depth)
             if c == 'h': return ref(int(num()))
             raise ValueError(f'unknown tag {c!r}')
+        read = box(s, num, spend, made, go)
         v = go(0)
         if i != len(s): raise ValueError('trailing data')
         return v
@@ -120,10 +152,10 @@ def _sbx_codec():
         while b: b = b[os.write(fd, b):]
     return _sbx_enc(), _sbx_dec(), send
 
-# %% ../../nbs/08a_sandbox_protocol.ipynb #5f57b884
-def _sbx_serve(job, ns, ok, enc, dec, send_msg):
-    "Child side of the judge protocol: announce the program's names, answer calls with plain data until hang-up"
-    import os, sys, _signal as signal
+# %% ../../nbs/08a_sandbox_protocol.ipynb #kzo9lgvr
+def _sbx_serve_io(job, enc, send_msg)->tuple:
+    "`(handles, ref, reply, read)`: the objects kept here by number, the number of one, an answer sent, bytes read"
+    import os, sys
     fd, req, cap, handles, ids = job['fd'], job['req'], job['max_value'], {}, {}
     def ref(v):   # a value that may not cross stays here; the judge gets a number for it
         k = ids.get(id(v))
@@ -131,7 +163,6 @@ def _sbx_serve(job, ns, ok, enc, dec, send_msg):
             if len(handles) >= 100_000: raise ValueError('too many objects held for the judge')
             k = ids[id(v)] = len(handles) + 1; handles[k] = v
         return k
-    def inner(v): raise TypeError(f'a {type(v).__name__} inside a result cannot cross')
     def reply(msg):
         # the program's output reaches its file before each answer
         for f in (sys.stdout, sys.stderr):
@@ -149,36 +180,53 @@ def _sbx_serve(job, ns, ok, enc, dec, send_msg):
             if not c: os._exit(0)
             b += c
         return b
-    values, objs = {}, {}
-    for k, v in list(ns.items()) if ok else []:
-        if type(k) is not str or k.startswith('__'): continue
-        # small plain constants cross as values, everything else (modules, functions, classes) as numbers
-        try:
-            try: enc(v, ref, 1 << 12); values[k] = v
-            except BaseException: objs[k] = ref(v)
-        except BaseException: pass
-    reply((0, 'S', ok, values, objs))
-    timeout = job['case_timeout']
-    while True:
-        text = read(int.from_bytes(read(4), 'big')).decode('utf-8', 'surrogatepass')
-        seq = 0
-        try:
-            seq, op, target, a, k = dec(text, handles.__getitem__)
-            before = enc((a, k), ref, cap)
-            if timeout: signal.setitimer(signal.ITIMER_REAL, timeout)
-            try: r = target(*a, **k) if op == 'call' else getattr(target, a[0])
-            finally:
-                if timeout: signal.setitimer(signal.ITIMER_REAL, 0)
-            # changed in place
-            if op == 'call' and r is None and enc((a, k), ref, cap) != before: reply((seq, 'W', a, k))
-            else:
-                # a result is all plain data, or itself a handle
-                enc(r, lambda v: 0 if v is r else inner(v), cap)
-                reply((seq, 'R', r))
-        except BaseException as e:
-            try: m = str(e)[:200]
-            except BaseException: m = ''
-            reply((seq, 'E', type(e).__name__[:100], m))
+    return handles, ref, reply, read
+
+# %% ../../nbs/08a_sandbox_protocol.ipynb #yqu70x41
+def _sbx_serve_names(enc, ref, reply):
+    "`announce(ns, ok)`: the program's names sent, small plain constants as values and the rest as numbers"
+    def announce(ns, ok):
+        values, objs = {}, {}
+        for k, v in list(ns.items()) if ok else []:
+            if type(k) is not str or k.startswith('__'): continue
+            # small plain constants cross as values, everything else (modules, functions, classes) as numbers
+            try:
+                try: enc(v, ref, 1 << 12); values[k] = v
+                except BaseException: objs[k] = ref(v)
+            except BaseException: pass
+        reply((0, 'S', ok, values, objs))
+    return announce
+
+# %% ../../nbs/08a_sandbox_protocol.ipynb #5f57b884
+def _sbx_serve(job, enc, dec, send_msg):
+    "Child side of the judge protocol: `serve(ns, ok)` announces the program's names, answers calls until hang-up"
+    import _signal as signal
+    handles, ref, reply, read = _sbx_serve_io(job, enc, send_msg)
+    announce, cap, timeout = _sbx_serve_names(enc, ref, reply), job['max_value'], job['case_timeout']
+    def inner(v): raise TypeError(f'a {type(v).__name__} inside a result cannot cross')
+    def serve(ns, ok):
+        announce(ns, ok)
+        while True:
+            text = read(int.from_bytes(read(4), 'big')).decode('utf-8', 'surrogatepass')
+            seq = 0
+            try:
+                seq, op, target, a, k = dec(text, handles.__getitem__)
+                before = enc((a, k), ref, cap)
+                if timeout: signal.setitimer(signal.ITIMER_REAL, timeout)
+                try: r = target(*a, **k) if op == 'call' else getattr(target, a[0])
+                finally:
+                    if timeout: signal.setitimer(signal.ITIMER_REAL, 0)
+                # changed in place
+                if op == 'call' and r is None and enc((a, k), ref, cap) != before: reply((seq, 'W', a, k))
+                else:
+                    # a result is all plain data, or itself a handle
+                    enc(r, lambda v: 0 if v is r else inner(v), cap)
+                    reply((seq, 'R', r))
+            except BaseException as e:
+                try: m = str(e)[:200]
+                except BaseException: m = ''
+                reply((seq, 'E', type(e).__name__[:100], m))
+    return serve
 
 # %% ../../nbs/08a_sandbox_protocol.ipynb #ee821547
 def _parse_results(buf, secret, n, heads=1):
