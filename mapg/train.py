@@ -278,9 +278,10 @@ def _fresh_segments(self:TrainingRun, b)->Tensor:
 # %% ../nbs/12f_train.ipynb #rcix0wo7
 @patch
 def _process_mean(self:TrainingRun, mets:dict)->dict:
-    "The loss metrics averaged over all processes"
-    if self.world == 1: return mets
-    return {k: self.acc.reduce(torch.tensor(float(v), device=self.m.device), 'mean').item() for k, v in mets.items()}
+    "The loss metrics averaged over all processes, in one collective"
+    if self.world == 1 or not mets: return mets
+    t = self.acc.reduce(torch.tensor([float(v) for v in mets.values()], device=self.m.device), 'mean')
+    return dict(zip(mets, t.tolist()))
 
 # %% ../nbs/12f_train.ipynb #dbl1nzrz
 @patch

@@ -126,3 +126,16 @@ def test_missing_model_is_refused_before_anything_is_written(tmp_path):
                        capture_output=True, text=True, timeout=300, env={**os.environ, 'OMP_NUM_THREADS': '1'})
     assert p.returncode == 2 and "model: no folder '/no/such/dir' here, and it is not a hub id" in p.stderr, p.stderr[-2000:]
     assert len(p.stderr.strip().splitlines()) == 1 and not out.exists()
+
+def test_loss_metrics_are_averaged_over_processes_in_one_collective():
+    "Two processes' metrics: one `reduce` of all of them, each the mean of the two, in the metrics' own order"
+    from types import SimpleNamespace
+    from mapg.train import TrainingRun
+    other, calls = torch.tensor([3., -1., 0.25]), []
+    def reduce(t, how):
+        calls.append((t.clone(), how)); return (t + other) / 2
+    run = SimpleNamespace(world=2, acc=SimpleNamespace(reduce=reduce), m=SimpleNamespace(device=torch.device('cpu')))
+    got = TrainingRun._process_mean(run, {'loss': 1., 'ratio_token': 0.5, 'kl': 0.75})
+    assert len(calls) == 1 and calls[0][1] == 'mean' and calls[0][0].tolist() == [1., .5, .75]
+    assert got == {'loss': 2., 'ratio_token': -0.25, 'kl': 0.5} and list(got) == ['loss', 'ratio_token', 'kl']
+    assert TrainingRun._process_mean(SimpleNamespace(world=1), {'loss': 1.}) == {'loss': 1.}
