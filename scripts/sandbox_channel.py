@@ -149,13 +149,13 @@ def msync(ps):       # MS_INVALIDATE on a shared mapping of the pages
 WAYS = dict(fadvise_dontneed=fadvise, madv_dontneed=advise(4), madv_free=advise(8), madv_remove=advise(9),
             madv_cold=advise(20), madv_pageout=advise(21), madv_collapse=advise(25), msync_invalidate=msync,
             memory_pressure=pressure)
-print('EV', {way!r}, WAYS[{way!r}](PAGES[list(WAYS).index({way!r})]))
+print('EV', {way!r}, WAYS[{way!r}](PAGES[{i}]))
 '''
 
 WAYS = ('fadvise_dontneed', 'madv_dontneed', 'madv_free', 'madv_remove', 'madv_cold', 'madv_pageout', 'madv_collapse',
         'msync_invalidate', 'memory_pressure')
 
-def probe(path:str, groups:list, way:str, cfg:SandboxCfg)->tuple:
+def try_way(path:str, groups:list, way:str, cfg:SandboxCfg)->tuple:
     """Host-cache every group, then one run tries `way` on its own group: `(errno in the jail, its pages still cached,
     control pages still cached, memcg)`; the last group is the control, cached by the host and untouched by the run"""
     fd = os.open(path, os.O_RDONLY)
@@ -163,10 +163,11 @@ def probe(path:str, groups:list, way:str, cfg:SandboxCfg)->tuple:
         for p in g: os.pread(fd, 1, p * PAGE)          # cached by the host, charged outside the run
     os.close(fd)
     nr = dict(x86_64=221, aarch64=223)[os.uname().machine]
-    res = run_program(EVICT.format(page=PAGE, pages=groups, path=path, fadv=nr, way=way), cfg=cfg)
+    i = WAYS.index(way)
+    res = run_program(EVICT.format(page=PAGE, pages=groups, path=path, fadv=nr, way=way, i=i), cfg=cfg)
     assert res.setup_ok, res.output
     (e,) = [int(l.split()[2]) for l in res.output.splitlines() if l.startswith('EV ')]
-    return e, sum(cached(path, groups[WAYS.index(way)])), sum(cached(path, groups[-1])), res.isolation.get('memcg')
+    return e, sum(cached(path, groups[i])), sum(cached(path, groups[-1])), res.isolation.get('memcg')
 
 def eviction(path:str, cfg:SandboxCfg, per:int=8, base:int=0, tries:int=3)->dict:
     """Each way a run might evict pages the host has cached, one run per way: rows `(way, errno in the jail, pages still
@@ -177,7 +178,7 @@ def eviction(path:str, cfg:SandboxCfg, per:int=8, base:int=0, tries:int=3)->dict
     rows, memcg = [], None
     for way in WAYS:
         for t in range(1, tries + 1):
-            e, n, ctl, memcg = probe(path, groups, way, cfg)
+            e, n, ctl, memcg = try_way(path, groups, way, cfg)
             if ctl == per: break
         rows.append((way, e, n, ctl, t))
     n = os.path.getsize(path) // PAGE

@@ -54,10 +54,10 @@ def test_no_way_from_the_jail_evicts_a_host_page(measured):
 def test_a_way_is_tried_again_while_the_control_lost_pages(monkeypatch):
     "A row whose control group lost pages (the host's reclaim, not the run) is probed again, up to `tries` times"
     seen = []
-    def fake_probe(path, groups, way, cfg):
+    def fake_try_way(path, groups, way, cfg):
         seen.append(way)
         return 0, 8, (8 if seen.count(way) == 2 or way != 'madv_free' else 3), True
-    monkeypatch.setattr(sc, 'probe', fake_probe)
+    monkeypatch.setattr(sc, 'try_way', fake_try_way)
     monkeypatch.setattr(sc.os.path, 'getsize', lambda p: 4 * sc.PAGE)
     monkeypatch.setattr(sc, 'cached', lambda path, pages: [True] * len(pages))
     ev = sc.eviction('f', sc.SandboxCfg(), tries=3)
