@@ -58,6 +58,15 @@ def _ddp_handlers(cuda:bool)->list:
     if not cuda and int(os.environ.get('WORLD_SIZE', '1')) > 1: handlers.append(InitProcessGroupKwargs(backend='gloo'))
     return handlers
 
+# %% ../nbs/12d_engine.ipynb #49dbf602
+def _skip_deepspeed_shm_op():
+    "On CPU processes DeepSpeed's collectives are gloo's: keep DeepSpeed from JIT-compiling its shared-memory op"
+    # DeepSpeed's CPU backend builds `deepspeed_shm_comm` (a C++ extension: a compiler, Python's headers and a
+    # minute) the first time a process group starts, only to speed up inference all-reduces; marking it incompatible
+    # leaves every collective on torch.distributed (gloo), as DDP's are
+    import deepspeed.ops
+    deepspeed.ops.__compatible_ops__['deepspeed_shm_comm'] = False
+
 # %% ../nbs/12d_engine.ipynb #cd211902
 def make_accelerator(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->Accelerator:
     "The run's `Accelerator`: gloo without a GPU; DeepSpeed's batch, accumulation and clipping from the run's"
@@ -67,6 +76,7 @@ def make_accelerator(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->Accelerator:
     want = dict(per_device_batch=roll.per_device_batch, grad_accum=upd.grad_accum, max_grad_norm=upd.max_grad_norm)
     # the launcher's values, if any, must agree; else the run's are used
     if ds: _agree_with_launcher(want)
+    if ds and not cuda: _skip_deepspeed_shm_op()
     acc = Accelerator(cpu=not cuda and not ds, kwargs_handlers=_ddp_handlers(cuda),
                       gradient_accumulation_steps=upd.grad_accum, step_scheduler_with_optimizer=False,
                       log_with=None if run.report_to == 'none' else run.report_to, project_dir=run.output_dir)

@@ -43,11 +43,17 @@ def print_sampled(f:dict, n:int):
     for k, when in (('sampled_before', 'before RL:'), ('sampled_after', 'after RL: ')):
         print(f"  {when} " + ', '.join(f"{m.replace('_', ' ')} {f[k][m]:.3f}" for m in ORDER_KEYS))
 
+def end_process_group():
+    "Tear down this process's process group, if a launcher started one: left to the interpreter's exit, gloo's threads can abort it"
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized(): dist.destroy_process_group()
+
 def main(args:list):
     default = not any(a.split('=')[0] == '--config' for a in args) and not {'-h', '--help'} & set(args)
     if default: args = ['--config', str(ROOT/'configs'/'toy_sudoku.yaml'), *args]
     run, roll, upd = parse_cfg(args)
-    s = train(run, roll, upd)
+    try: s = train(run, roll, upd)
+    finally: end_process_group()
     main_process = os.environ.get('RANK', '0') == '0'
     if s.get('sampled_after') and main_process:      # the order task: train() scored the sampled policy too
         print_sampled(s, run.eval_size)

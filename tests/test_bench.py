@@ -1,9 +1,10 @@
 "`scripts/bench.py` and `mapg.bench`: the suite runs end to end, one line per figure, counts exact."
-import json, os, re, subprocess, sys
+import json, os, re, sys
 from pathlib import Path
 import pytest, torch
 from mapg.bench import Figure, BenchArgs, run_benchmarks, passes_per_cycle, PassCounter, FIGURES
 from mapg.models import load_model
+from conftest import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 LINE = re.compile(r'^(?P<name>.+?)\s+(?P<ratio>\d+\.\d{3})\s+target (?P<op><=|>=) (?P<target>[\d.]+)\s+(?P<verdict>pass|MISS)\s')
@@ -11,7 +12,7 @@ SMALL = ['--repeats', '1', '--batch', '2', '--gen_length', '32', '--steps', '16'
 
 def _run(args):
     env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    return subprocess.run([sys.executable, str(ROOT/'scripts'/'bench.py'), *args], capture_output=True, text=True, env=env, timeout=300)
+    return run_child([sys.executable, str(ROOT/'scripts'/'bench.py'), *args], env=env)
 
 def test_suite_one_line_per_figure():
     p = _run(SMALL)
@@ -59,8 +60,7 @@ def test_help_documents_every_option():
 def test_gpu_phases_script_small(tmp_path):
     "`scripts/gpu_phases.py --small` runs on the CPU and writes both files with every phase and figure"
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    p = subprocess.run([sys.executable, str(ROOT/'scripts'/'gpu_phases.py'), '--small', '--repeats', '1', '--out', str(tmp_path)],
-                       capture_output=True, text=True, env=env, timeout=300)
+    p = run_child([sys.executable, str(ROOT/'scripts'/'gpu_phases.py'), '--small', '--repeats', '1', '--out', str(tmp_path)], env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     ph = json.loads((tmp_path/'phases.json').read_text())
     assert all(ph[k] > 0 for k in ('rollout_s', 'update_s', 'update_token_only_s'))

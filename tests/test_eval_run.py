@@ -1,12 +1,14 @@
 """The path after the first command: a toy run is trained, then evaluated with `scripts/eval.py`, which reads the run's
 config.json and reproduces the figures the trainer printed, before RL (the shipped pretrained toy) and after RL (the
 run), to the last bit; the CPU accelerate configs launch without accelerate's "values were not passed" warning."""
-import json, os, subprocess, sys
+import json, os, sys
 from pathlib import Path
 import pytest, torch
 from mapg.eval_args import EvalArgs, resolve, trainer_config
-from mapg.evaluate import evaluate
+from mapg.evaluate import evaluate, eval_cli
+from mapg.faults import cli_main
 from mapg.toy import toy_sudoku
+from conftest import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED = ROOT/'data'/'toy'/'toy_sudoku_pretrained'
@@ -14,8 +16,8 @@ N = 64      # held-out puzzles: one of greedy_eval's batches
 
 def _env(): return dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get('PYTHONPATH', ''))
 
-def _run(*args, timeout=600):
-    p = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=timeout)
+def _run(*args):
+    p = run_child([sys.executable, *map(str, args)], env=_env(), cwd=ROOT)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return p
 
@@ -97,14 +99,24 @@ def test_checkpoint_of_a_run_and_every_checkpoint(run, tmp_path):
     (['--model', 'RUN', '--tasks', 'gsm8k'], "error: tasks: the 'trainer' protocol evaluates the run's own task, sudoku"),
     (['--model', 'RUN', '--lengths', '128'], "error: lengths: sudoku_L128_b16: L=128 leaves no position for a prompt in the model's 128; choose lengths below 128"),
 ])
-def test_refusals_are_one_line(run, tmp_path, args, msg):
+def test_refusals_are_one_line(run, tmp_path, capsys, args, msg):
+    "One line naming the field, exit 2: the first as a shell sees it (scripts/eval.py in a child process), the others from its entry point in this process"
     out, _ = run
     args = [str(out) if a == 'RUN' else a for a in args]
-    p = subprocess.run([sys.executable, str(ROOT/'scripts'/'eval.py'), *args, '--output_dir', str(tmp_path/'ev'), '--no_plot', '--no_progress'],
-                       capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
-    assert p.returncode == 2, p.stderr[-2000:]
-    lines = [l for l in p.stderr.splitlines() if l.strip() and 'real_accelerator' not in l]
-    assert len(lines) == 1 and lines[0].startswith(msg), p.stderr[-2000:]
+    lines = refusal(args + ['--output_dir', str(tmp_path/'ev'), '--no_plot', '--no_progress'], capsys, shell=args[1] == '/no/such/run')
+    assert len(lines) == 1 and lines[0].startswith(msg), lines
+
+def refusal(args:list, capsys, shell:bool=False)->list:
+    "The lines `scripts/eval.py ARGS` writes to stderr, having exited 2 (DeepSpeed's import notice left out)"
+    if shell:
+        p = run_child([sys.executable, str(ROOT/'scripts'/'eval.py'), *args], env=_env(), cwd=ROOT)
+        code, err = p.returncode, p.stderr
+    else:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as e: cli_main(eval_cli, args)
+        code, err = e.value.code, capsys.readouterr().err
+    assert code == 2, err[-2000:]
+    return [l for l in err.splitlines() if l.strip() and 'real_accelerator' not in l]
 
 def test_trainer_config_is_not_a_model_config(run):
     out, _ = run
@@ -116,8 +128,7 @@ def test_cpu_launch_configs_are_quiet(cfg, tmp_path):
     "The CPU accelerate configs set every value `accelerate launch` otherwise fills in with a warning"
     script = tmp_path/'hello.py'
     script.write_text("print('hello')\n")
-    p = subprocess.run([sys.executable, '-m', 'accelerate.commands.launch', '--config_file', str(ROOT/'configs'/'accelerate'/cfg), str(script)],
-                       capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    p = run_child([sys.executable, '-m', 'accelerate.commands.launch', '--config_file', str(ROOT/'configs'/'accelerate'/cfg), str(script)], env=_env(), cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.count('hello') == 2
     assert 'were not passed' not in p.stdout + p.stderr, p.stderr

@@ -1,5 +1,5 @@
 "End-to-end checks of `mapg.evaluate` and `scripts/eval.py` on the toy model (CPU, offline)."
-import json, os, shutil, subprocess, sys
+import json, os, shutil, sys
 from pathlib import Path
 import pytest, torch
 import mapg.evaluate as ev
@@ -8,7 +8,7 @@ from mapg.evaluate import evaluate, read_items
 from mapg.paper import PUBLISHED
 from mapg.eval_results import Results, markdown_tables, write_results
 from mapg.eval_protocol import PAPER_TASKS, PREFILL
-from conftest import free_port
+from conftest import free_port, run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ['gsm8k', 'math', 'humaneval', 'mbpp', 'sudoku', 'countdown']
@@ -111,7 +111,7 @@ def test_two_processes_same_as_one(run, tmp_path):
     tasks = ['gsm8k', 'sudoku']
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', str(free_port()),
            str(ROOT/'scripts'/'eval.py'), *CLI, '--tasks', *tasks, '--output_dir', str(tmp_path/'two')]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
+    p = run_child(cmd, env=_env(), cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     files = sorted(x.name for x in (tmp_path/'two'/'items'/'base').iterdir())
     assert any('rank1' in x for x in files) and any('rank0' in x for x in files), files   # both processes worked
@@ -148,7 +148,7 @@ def test_checkpoint_directory_final_and_best(tmp_path):
     assert 'on the test set itself' in md and '| mapg, paper protocol: final (step-20) |' in md
 
 def test_help_documents_every_option():
-    p = subprocess.run([sys.executable, str(ROOT/'scripts'/'eval.py'), '--help'], capture_output=True, text=True, env=_env(), timeout=120)
+    p = run_child([sys.executable, str(ROOT/'scripts'/'eval.py'), '--help'], env=_env())
     assert p.returncode == 0, p.stderr
     text = ' '.join(p.stdout.split())
     from dataclasses import fields

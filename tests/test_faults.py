@@ -10,6 +10,7 @@ import mapg.faults as F
 from mapg.faults import *
 from mapg.inputs import *
 from mapg.faults import MARKER
+from conftest import HANG, run_child
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,7 +19,7 @@ def child(code:str, *args)->subprocess.Popen:
     return subprocess.Popen([sys.executable, '-u', '-c', textwrap.dedent(code), *map(str, args)], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, 'OMP_NUM_THREADS': '1'})
 
-def wait_for(p:subprocess.Popen, word:str, timeout:float=60.)->str:
+def wait_for(p:subprocess.Popen, word:str, timeout:float=HANG)->str:
     "Read `p`'s stdout (unbuffered: lines that came together are all seen) until a line holding `word`"
     end, fd = time.monotonic() + timeout, p.stdout.fileno()
     if not hasattr(p, 'seen'): p.seen = ''
@@ -179,7 +180,7 @@ def test_signal_saves_at_the_next_step_and_exits(tmp_path, sig, code):
     p = child(LOOP, tmp_path, 1.0, 0)
     wait_for(p, 'step 3')
     p.send_signal(sig)
-    out, err = p.communicate(timeout=60)
+    out, err = p.communicate(timeout=HANG)
     assert p.returncode == code, err
     step = int(out.split('saved checkpoint-')[1].split(';')[0])
     assert step >= 3 and latest_checkpoint(tmp_path) == tmp_path/f'checkpoint-{step}'
@@ -193,8 +194,8 @@ def test_second_signal_exits_at_once_and_the_last_checkpoint_stays(tmp_path):
     wait_for(p, 'saving')                                   # the save takes 60 s
     time.sleep(0.3)
     t = time.monotonic(); p.send_signal(signal.SIGTERM)
-    out, err = p.communicate(timeout=30)
-    assert p.returncode == 143 and time.monotonic() - t < 5 and 'saved' not in out
+    out, err = p.communicate(timeout=HANG)
+    assert p.returncode == 143 and time.monotonic() - t < 30 and 'saved' not in out     # the save would take 60 s
     assert err.splitlines()[-1] == "SIGTERM again: exiting now (the last complete checkpoint is intact)"
     assert latest_checkpoint(tmp_path, warn=lambda m: None) == tmp_path/'checkpoint-1'
 
@@ -203,7 +204,7 @@ def test_one_stop_delivered_twice_is_one_request(tmp_path):
     p = child(LOOP, tmp_path, 1.0, 0)
     wait_for(p, 'step 2')
     p.send_signal(signal.SIGINT); p.send_signal(signal.SIGTERM)
-    out, err = p.communicate(timeout=60)
+    out, err = p.communicate(timeout=HANG)
     assert p.returncode == 130 and 'saved checkpoint-' in out and len(err.splitlines()) == 1
 
 # ---------------------------------------------------------------- one run per output directory
@@ -231,7 +232,7 @@ def test_a_live_holder_is_refused_with_its_pid_and_a_killed_one_is_taken_over(tm
 
 def test_a_finished_run_leaves_the_lock_free(tmp_path):
     p = child(HOLD, tmp_path, 'exit')
-    p.communicate(timeout=60)
+    p.communicate(timeout=HANG)
     assert p.returncode == 0 and (tmp_path/'run.lock').read_text() == ''
     msgs = []
     with RunLock(tmp_path, warn=msgs.append): pass
@@ -404,16 +405,16 @@ cli_main(main)
     (['file'], '', 2, ["error: [Errno 2] No such file or directory: '/nonexistent/data.jsonl'"]),
     (['config', '--debug'], '', 1, None), (['config'], '1', 1, None), (['bug'], '', 1, None)])
 def test_entry_point_errors(args, env, code, err):
-    p = subprocess.run([sys.executable, '-c', ENTRY, *args], capture_output=True, text=True, timeout=60, cwd=ROOT, env={**os.environ, 'MAPG_DEBUG': env})
+    p = run_child([sys.executable, '-c', ENTRY, *args], cwd=ROOT, env={**os.environ, 'MAPG_DEBUG': env})
     assert p.returncode == code
     if err: assert p.stderr.splitlines() == err
     else: assert p.stderr.startswith('Traceback (most recent call last)') and len(p.stderr.splitlines()) > 3
 
 def test_entry_point_debug_flag_is_removed_and_ctrl_c_is_one_line():
-    p = subprocess.run([sys.executable, '-c', ENTRY, 'x', '--debug', 'y'], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    p = run_child([sys.executable, '-c', ENTRY, 'x', '--debug', 'y'], cwd=ROOT)
     assert (p.returncode, p.stdout) == (0, "args ['x', 'y']\n")
     p = child(ENTRY, 'wait')
     wait_for(p, 'ready')
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=30)
+    out, err = p.communicate(timeout=HANG)
     assert (p.returncode, err) == (130, 'interrupted (Ctrl-C)\n')

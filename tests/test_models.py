@@ -6,6 +6,7 @@ from mapg.models import MDLM, load_model, add_lora
 from mapg.families import FAMILIES, lora_target_names, lora_regex
 from mapg.standins import tiny_llada, tiny_dream, llada_shaped
 from mapg.core import seeded
+from nf4 import nf4_trains
 
 def finite_close(a, b, atol):
     a, b = a.detach().float(), b.detach().float()
@@ -89,17 +90,7 @@ def test_4bit_probe_decides_what_training_does(tmp_path):
     "load_model's NF4 probe accepts LoRA exactly where a rollout pass then an update's backward train every NF4 layer's input"
     pytest.importorskip('bitsandbytes')
     save_toy(tmp_path)
-    m = load_model(tmp_path, kind='toy', load_in_4bit=True, device='cpu')
-    x = torch.tensor([[40, 41, 42, 1, 1, 1]])
-    with torch.no_grad(): m.logits(x)                                          # the rollout's pass
-    xs, hooks = [], [mod.register_forward_pre_hook(lambda mod, a: xs.append(a[0]) or a[0].retain_grad())
-                     for mod in m.model.modules() if type(mod).__name__ == 'Linear4bit']
-    m.model.get_input_embeddings().weight.requires_grad_(True)
-    try:
-        with torch.enable_grad(): m.logits(x).float().logsumexp(-1).sum().backward()
-        trains = all(a.grad is not None and bool(a.grad.abs().sum() > 0) for a in xs)
-    except RuntimeError: trains = False
-    for h in hooks: h.remove()
+    trains = nf4_trains(load_model(tmp_path, kind='toy', load_in_4bit=True, device='cpu'), torch.tensor([[40, 41, 42, 1, 1, 1]]))
     lora4 = lambda: load_model(tmp_path, kind='toy', load_in_4bit=True, lora=dict(r=4), device='cpu')
     if trains: assert lora4().lora_target_names()
     else:

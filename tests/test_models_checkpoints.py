@@ -11,6 +11,7 @@ from mapg.models import MDLM, add_lora, infer_kind, kind_from_config, load_model
 from mapg.compat import TRANSFORMERS_RANGE, ROPE_INIT_FUNCTIONS, check_rotary, check_transformers
 from mapg.standins import llada_shaped, save_standin, tiny_dream, tiny_llada
 from mapg.core import toy_model
+from conftest import run_child
 
 def finite_close(a, b, atol):
     a, b = a.detach().float(), b.detach().float()
@@ -67,10 +68,9 @@ def test_kind_from_config_then_name(tmp_path):
 
 def test_remote_code_needs_trust(saved):
     "In a fresh process: a remote-code load registers its classes with the Auto classes for the rest of its process"
-    import subprocess
     code = (f"import transformers\ntry: transformers.AutoModel.from_pretrained({str(saved['llada'])!r}, trust_remote_code=False)\n"
             "except ValueError as e: print('refused', 'trust_remote_code' in str(e))")
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
+    out = run_child([sys.executable, '-c', code])
     assert 'refused True' in out.stdout, out.stdout + out.stderr[-2000:]
 
 def test_version_guard_before_loading(saved, monkeypatch):

@@ -3,13 +3,14 @@
 giving the logits the unadapted code gives under transformers 4.57. CI runs this file in its second leg, with a
 transformers 5 overlay in front of the dev environment (`.ci/run`); the 4.57 reference runs in a subprocess without the
 overlay. Under transformers 4 the file is skipped, with one line."""
-import json, os, shutil, subprocess, sys
+import json, os, shutil, sys
 import pytest, torch, transformers
 from safetensors.torch import load_file
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from upstream import tiny_checkpoint, UPSTREAM, KINDS
 from mapg.models import load_model
 from mapg.compat import check_rotary
+from conftest import run_child
 
 pytestmark = pytest.mark.skipif(int(transformers.__version__.split('.')[0]) < 5,
                                 reason=f"runs under transformers 5 (CI's second leg); installed: {transformers.__version__}")
@@ -36,8 +37,7 @@ def under_4():
     "The logits of both tiny checkpoints under transformers 4 ($MAPG_TF4_PYTHON, else this interpreter without $PYTHONPATH)"
     jobs = [(k, str(tiny_checkpoint(k, 'real')), X[k]) for k in KINDS]
     env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'} | {'OMP_NUM_THREADS': '1'}
-    p = subprocess.run([os.environ.get('MAPG_TF4_PYTHON', sys.executable), '-c', REF, json.dumps(jobs)], env=env,
-                       capture_output=True, text=True, timeout=600)
+    p = run_child([os.environ.get('MAPG_TF4_PYTHON', sys.executable), '-c', REF, json.dumps(jobs)], env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
     if not out['version'].startswith('4.'): pytest.skip(f"no transformers 4 to compare with (found {out['version']}): set MAPG_TF4_PYTHON")

@@ -1,7 +1,7 @@
 """`mapg.models`, the sampler and the likelihood on tiny checkpoints that run the real LLaDA and Dream remote code
 (skipped, with one line, where `../shared/upstream_models` is absent) and on mapg's stand-ins of them: loading with
 LoRA and checkpointing, forward, backward, generation, decoding; only real tokens sampled; generation that leaves the
-model trainable; the length limit; dropout with checkpointing; seeded LoRA; 4-bit refused where it does not train."""
+model trainable; the length limit; dropout with checkpointing; seeded LoRA; 4-bit with LoRA exactly where it trains."""
 import json, math
 import pytest, torch, transformers
 from upstream import tiny_checkpoint, UPSTREAM, KINDS, SOURCES
@@ -10,6 +10,7 @@ from mapg.models import load_model, checkpoint_errors
 from mapg.standins import LLADA_TOKENS, DREAM_TOKENS
 from mapg.sampler import generate
 from mapg.likelihood import exact_log_probs
+from nf4 import nf4_trains
 
 torch.set_num_threads(1)
 BOTH = [(k, s) for s in SOURCES for k in KINDS]
@@ -152,10 +153,13 @@ def test_lora_init_is_seeded(kind, source):
     assert list(a) == list(b) and all(torch.equal(a[n], b[n]) for n in a)
     assert any(not torch.equal(a[n], c[n]) for n in a if 'lora_A' in n)
 
-def test_4bit_refused_where_it_does_not_train():
+def test_4bit_lora_exactly_where_it_trains():
+    "NF4 with LoRA loads exactly where this machine's bitsandbytes trains through the real code's NF4 layers (`nf4_trains`), else is refused naming the flag"
     pytest.importorskip('bitsandbytes')
     d = tiny_checkpoint('llada', 'real', hidden=64)                         # bitsandbytes' CPU kernel: sizes >= 64
-    with pytest.raises(RuntimeError, match=r"no gradient flows through bitsandbytes' NF4 layer .* use --load_in_4bit false"):
-        load_model(d, load_in_4bit=True, lora=dict(r=4), device='cpu')
     m = load_model(d, load_in_4bit=True, device='cpu')                        # no LoRA (evaluation): loads
     assert type(dict(m.model.named_modules())['model.transformer.blocks.0.q_proj']).__name__ == 'Linear4bit'
+    lora4 = lambda: load_model(d, load_in_4bit=True, lora=dict(r=4), device='cpu')
+    if nf4_trains(m, prompt_ids(m)): assert lora4().lora_target_names()
+    else:
+        with pytest.raises(RuntimeError, match=r"no gradient flows through bitsandbytes' NF4 layer .* use --load_in_4bit false"): lora4()

@@ -4,12 +4,13 @@ README and index are the saved experiment's, whose runs are the shipped `configs
 tutorial's CPU rehearsal is copied from the page and run as written, and every page that states the position term's
 cost states the one figure measured on one H200 (`gpu_h200/figures.json`). The slow case (`MAPG_TEST_FLAGS=slow`) runs
 the default command again and compares every figure."""
-import json, os, re, shlex, subprocess, sys
+import json, os, re, shlex, sys
 from pathlib import Path
 import pytest
 from mapg.config import parse_cfg, resolved_config
 from mapg.checkpoints import load_policy
 from mapg.scoring import eval_records, greedy_eval
+from conftest import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT/'nbs'/'tutorials'/'toy_run'
@@ -73,8 +74,7 @@ def test_order_figures_in_readme_are_the_experiments():
 @pytest.mark.skipif('slow' not in os.environ.get('MAPG_TEST_FLAGS', '').split(), reason="the full default run: MAPG_TEST_FLAGS=slow")
 def test_the_default_command_prints_the_pages_figures(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    p = subprocess.run([sys.executable, ROOT/'scripts'/'train.py', '--output_dir', tmp_path/'site_run', '--progress', 'false'],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
+    p = run_child([sys.executable, ROOT/'scripts'/'train.py', '--output_dir', tmp_path/'site_run', '--progress', 'false'], env=env, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     s = json.loads((RUN/'summary.json').read_text())
     assert f"before RL: {_fmt(s['before'])}\nafter RL:  {_fmt(s['after'])}" in p.stdout
@@ -87,8 +87,7 @@ def test_eight_gpus_cpu_rehearsal_runs_as_written(tmp_path):
     text = ' '.join(_markdown(EIGHT).split())
     for name in ('configs', 'scripts'): (tmp_path/name).symlink_to(ROOT/name)     # a reader's checkout; the run writes under tmp_path
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'CUDA_VISIBLE_DEVICES': ''}
-    p = subprocess.run([sys.executable, '-m', 'accelerate.commands.launch', *words[2:]], env=env, capture_output=True, text=True,
-                       timeout=900, cwd=tmp_path)
+    p = run_child([sys.executable, '-m', 'accelerate.commands.launch', *words[2:]], env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     out = tmp_path/words[words.index('--output_dir') + 1]
     said = f"`report: {out.relative_to(tmp_path)}/report.html`"

@@ -60,7 +60,7 @@ def test_rewards_on_huge_texts_are_quick():
         assert sudoku_reward('<answer>' + '1' * n, '3014002020004130', '3214142323414132')['solved'] == 0.
         assert countdown_reward('<answer>' + '(' * n, [1, 2, 3], 6)['total'] == 0.
         assert code_reward('```python\n' * (n // 10), ['assert f() == 1'], timeout=3)['execution'] == 0.
-        assert time.perf_counter() - t < 5
+        assert time.perf_counter() - t < 30                # a fraction of a second idle; a quadratic scan takes minutes
 
 def test_5000_digit_numbers():
     big = '9' * 5000
@@ -117,8 +117,8 @@ def test_math_timeout_from_a_thread_and_quiet_logs(monkeypatch, caplog):
     def ask(): out['r'] = w.equal(secret, '1', 0.2)
     t = time.monotonic()
     with caplog.at_level(logging.WARNING, logger='mapg.rewards_math'):
-        th = threading.Thread(target=ask); th.start(); th.join(10)
-    assert out == {'r': False} and time.monotonic() - t < 5
+        th = threading.Thread(target=ask); th.start(); th.join(120)
+    assert out == {'r': False} and time.monotonic() - t < 30          # a 0.5 s ceiling: the hung helper never answers
     assert 'no answer within' in caplog.text and '739215386' not in caplog.text    # lengths only, never the answer
     assert w.p is None                                                            # the hung helper was killed
 

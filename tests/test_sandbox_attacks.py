@@ -51,7 +51,7 @@ def no_credit(code, tests, *, cfg=CFG, limit=None, **kw):
     r = code_reward(fence(code), tests, cfg=cfg, blocked=(), **kw)
     dt = time.monotonic() - t
     assert r['execution'] == 0., (r, code[:200])
-    assert dt < (limit or cfg.timeout + 2), f"took {dt:.1f} s"
+    assert dt < (limit or cfg.timeout + 10), f"took {dt:.1f} s"          # its limit, and a busy machine's slack
     return r
 
 SECRET = 739_215_386     # the expected value: it never enters the sandbox
@@ -324,7 +324,7 @@ def test_batch_survives_everything():
     rs = score_batch('code', comps, workers=2, tests=tests, cfg=[SandboxCfg(timeout=2)] * 6)
     assert [r['execution'] for r in rs] == [1., 0., 0., 0., 0., 1.]
     assert 'longer than' in rs[3]['reason'] and 'tests' in rs[4]['reason']
-    assert time.monotonic() - t < 15
+    assert time.monotonic() - t < 40          # 2 s limits on two workers: seconds idle; minutes if a limit failed
 
 def test_judged_as_unprivileged_caller():
     "Called by a non-root user (user namespaces): the judged reward still scores right and wrong answers apart"

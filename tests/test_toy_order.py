@@ -1,7 +1,7 @@
 """The order task, first-class: its reward on completions written by hand, its records and shipped toy, the config's
 2-step run through the shipped script (greedy and sampled figures, the good-order share), and the experiment's order
 runs being exactly that config."""
-import hashlib, json, os, subprocess, sys
+import hashlib, json, os, sys
 from dataclasses import asdict, replace
 from pathlib import Path
 import pytest
@@ -10,6 +10,7 @@ from mapg.rewards import order_reward, order_solution, score_batch, task_metrics
 from mapg.config import parse_cfg, validate
 from mapg.toy import pretrained_toy, toy_order
 from mapg.scoring import train_records, eval_records
+from conftest import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT/'configs'/'toy_order.yaml'
@@ -52,9 +53,8 @@ def test_records_and_the_shipped_toy():
 def test_the_config_runs_two_steps(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get('PYTHONPATH', ''))
     out = tmp_path/'toy_order'
-    p = subprocess.run([sys.executable, ROOT/'scripts'/'train.py', '--config', CONFIG, '--max_steps', '2', '--save_steps', '0',
-                        '--eval_size', '16', '--output_dir', out, '--progress', 'false'],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    p = run_child([sys.executable, ROOT/'scripts'/'train.py', '--config', CONFIG, '--max_steps', '2', '--save_steps', '0',
+                        '--eval_size', '16', '--output_dir', out, '--progress', 'false'], env=env, cwd=ROOT)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     s = json.loads((out/'summary.json').read_text())
     assert set(s['sampled_before']) == set(s['sampled_after']) >= {'accuracy', 'solved', 'good_order', 'reward'}

@@ -1,12 +1,12 @@
 """The trainer end to end on a tiny toy: metrics and checkpoints, exact resume, every loss and advantage, bad configurations
 failing before any forward pass, the token-only switch, and two processes against one."""
-import json, math, os, subprocess, sys
+import json, math, os, sys
 from pathlib import Path
 import pytest, torch
 from mapg.models import MDLM
 from mapg.config import parse_cfg
 from mapg.train import train
-from conftest import free_port
+from conftest import free_port, run_child
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ['--config', str(ROOT/'configs'/'toy_sudoku.yaml'), '--toy_hidden', '32', '--toy_layers', '1', '--toy_heads', '2',
@@ -90,7 +90,7 @@ def test_unknown_yaml_field(tmp_path):
     with pytest.raises(ValueError, match=r"learning_rte: unknown field \(did you mean learning_rate\?\)"): parse_cfg(['--config', str(p)])
 
 def test_script_help_documents_every_field():
-    out = subprocess.run([sys.executable, str(ROOT/'scripts'/'train.py'), '--help'], capture_output=True, text=True, timeout=120)
+    out = run_child([sys.executable, str(ROOT/'scripts'/'train.py'), '--help'])
     assert out.returncode == 0, out.stderr
     for f in ('--inner_updates', 'mu: optimizer steps per rollout batch', '--pos_weight', '--resume_from_checkpoint', '--config',
               'set report to false', '--max_prompt_len', '--save_total_limit', '--max_skipped_steps'):
@@ -100,7 +100,7 @@ def test_two_processes_equal_one(tmp_path, cache):
     "Two gloo processes: a group split across them gets the advantages of the whole group; parameters equal a one-process run over the same rollouts; ranks identical"
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MAPG_TEST_OUT': str(tmp_path), 'MAPG_TEST_CACHE': cache}
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', str(free_port()), str(ROOT/'tests'/'dist_train.py')]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    out = run_child(cmd, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     two = [torch.load(tmp_path/f'params_rank{r}.pt') for r in (0, 1)]
     for n in two[0]: assert torch.equal(two[0][n], two[1][n]), f"ranks differ at {n}"
@@ -122,8 +122,7 @@ def test_two_processes_equal_one(tmp_path, cache):
 def test_missing_model_is_refused_before_anything_is_written(tmp_path):
     "A model path that is neither a folder here nor a hub id is refused naming `model`; no output_dir, no lock is left"
     out = tmp_path/'run'
-    p = subprocess.run([sys.executable, str(ROOT/'scripts'/'train.py'), '--model', '/no/such/dir', '--output_dir', str(out)],
-                       capture_output=True, text=True, timeout=300, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    p = run_child([sys.executable, str(ROOT/'scripts'/'train.py'), '--model', '/no/such/dir', '--output_dir', str(out)], env={**os.environ, 'OMP_NUM_THREADS': '1'})
     assert p.returncode == 2 and "model: no folder '/no/such/dir' here, and it is not a hub id" in p.stderr, p.stderr[-2000:]
     assert len(p.stderr.strip().splitlines()) == 1 and not out.exists()
 

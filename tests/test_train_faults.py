@@ -8,6 +8,7 @@ from mapg.faults import cli_main, latest_checkpoint, verify, NonFiniteError
 from mapg.config import parse_cfg
 from mapg.train import train
 from mapg.checkpoints import load_policy
+from conftest import HANG, run_child
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT/'scripts'/'train.py'
@@ -31,13 +32,14 @@ def start(*a, code:str|None=None):
     cmd = [sys.executable, str(SCRIPT), *a] if code is None else [sys.executable, '-c', code, *a]
     return subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
-def wait_rows(out:Path, n:int, p, timeout=300):
+def wait_rows(out:Path, n:int, p, timeout=HANG):
     t = time.time()
     while time.time() - t < timeout:
         if (out/'metrics.jsonl').exists() and len(rows(out)) >= n: return
         if p.poll() is not None: pytest.fail(f"exited {p.returncode}: {p.stderr.read()[-3000:]}")
         time.sleep(0.2)
-    pytest.fail('no progress')
+    p.kill(); _, err = p.communicate()
+    pytest.fail(f'no {n} rows in {out} after {timeout} s: {err[-3000:]}')
 
 DRIVER = """import runpy, sys, os, signal
 import mapg.train as T
@@ -53,15 +55,15 @@ def test_signal_saves_then_exits(tmp_path, cache, sig, code):
     p = start(*args(out, cache, '--max_steps', '400', '--save_steps', '0'))
     wait_rows(out, 2, p)
     p.send_signal(sig)
-    stdout, stderr = p.communicate(timeout=300)
+    stdout, stderr = p.communicate(timeout=HANG)
     assert p.returncode == code, stderr[-2000:]
     assert 'Traceback' not in stderr and 'Traceback' not in stdout
     step = len(rows(out))
     ck = latest_checkpoint(out)
     assert ck is not None and ck.name == f'checkpoint-{step}'                # saved at the end of the step it was in
     assert '--resume_from_checkpoint latest' in stdout
-    r = subprocess.run([sys.executable, str(SCRIPT), *args(out, cache, '--max_steps', str(step + 1), '--save_steps', '0',
-                        '--resume_from_checkpoint', 'latest')], env=ENV, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    r = run_child([sys.executable, str(SCRIPT), *args(out, cache, '--max_steps', str(step + 1), '--save_steps', '0',
+                        '--resume_from_checkpoint', 'latest')], env=ENV, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert [x['step'] for x in rows(out)] == list(range(1, step + 2))
 
@@ -80,12 +82,12 @@ def save(acc, d, *a, **k):
 T.save_checkpoint = save
 """
     p = start(*args(out, cache, '--max_steps', '3', '--save_steps', '1'), code=driver(patch))
-    p.communicate(timeout=300)
+    p.communicate(timeout=HANG)
     assert p.returncode == -signal.SIGKILL
     assert (out/'checkpoint-2.tmp').exists() and not (out/'checkpoint-2').exists()
     assert latest_checkpoint(out, warn=lambda m: None).name == 'checkpoint-1'
-    r = subprocess.run([sys.executable, str(SCRIPT), *args(out, cache, '--max_steps', '3', '--save_steps', '1',
-                        '--resume_from_checkpoint', 'latest')], env=ENV, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    r = run_child([sys.executable, str(SCRIPT), *args(out, cache, '--max_steps', '3', '--save_steps', '1',
+                        '--resume_from_checkpoint', 'latest')], env=ENV, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert 'checkpoint-2.tmp (an unfinished save)' in r.stderr                # one warning line names what was ignored
     assert [x['step'] for x in rows(out)] == [1, 2, 3] and verify(out/'checkpoint-3')
@@ -109,7 +111,7 @@ def save(acc, d, *a, **k):
 T.save_checkpoint = save
 """
         p = start(*args(out, cache, '--max_steps', '3', '--save_steps', '1'), code=driver(patch))
-        _, stderr = p.communicate(timeout=300)
+        _, stderr = p.communicate(timeout=HANG)
         assert p.returncode == 1, stderr[-2000:]
         line = stderr.strip().splitlines()[-1]
         assert line.startswith('error: no space left on device while saving checkpoint-2') and 'checkpoint-1 is intact' in line, line
@@ -121,8 +123,7 @@ def test_second_run_into_one_folder_is_refused(tmp_path, cache):
     a = start(*args(out, cache, '--max_steps', '400', '--save_steps', '0'))
     try:
         wait_rows(out, 1, a)
-        b = subprocess.run([sys.executable, str(SCRIPT), *args(out, cache, '--max_steps', '2')], env=ENV, capture_output=True,
-                           text=True, timeout=300, cwd=ROOT)
+        b = run_child([sys.executable, str(SCRIPT), *args(out, cache, '--max_steps', '2')], env=ENV, cwd=ROOT)
         assert b.returncode == 2
         assert f"is in use by pid {a.pid}" in b.stderr and len(b.stderr.strip().splitlines()) == 1, b.stderr
     finally:
@@ -239,9 +240,7 @@ def test_bad_input_one_line_before_any_model_load(tmp_path, cache, monkeypatch, 
     if '--output_dir' not in extra: assert not out.exists()                   # nothing written
 
 def test_cli_error_is_one_line_and_debug_keeps_the_traceback(tmp_path):
-    r = subprocess.run([sys.executable, str(SCRIPT), '--learning_rate', 'inf', '--output_dir', str(tmp_path/'o')], env=ENV,
-                       capture_output=True, text=True, timeout=300)
+    r = run_child([sys.executable, str(SCRIPT), '--learning_rate', 'inf', '--output_dir', str(tmp_path/'o')], env=ENV)
     assert r.returncode == 2 and r.stderr.strip() == 'error: learning_rate: must be a finite number, got inf', r.stderr
-    r = subprocess.run([sys.executable, str(SCRIPT), '--learning_rate', 'inf', '--debug', '--output_dir', str(tmp_path/'o')], env=ENV,
-                       capture_output=True, text=True, timeout=300)
+    r = run_child([sys.executable, str(SCRIPT), '--learning_rate', 'inf', '--debug', '--output_dir', str(tmp_path/'o')], env=ENV)
     assert r.returncode != 0 and 'Traceback' in r.stderr
