@@ -3,7 +3,8 @@
 that lives on the hub). The recipe's own LoRA dropout, activation checkpointing, loss, K, N and mu are kept.
 
 - Every recipe, statically: as shipped it validates for 8 processes; shrunk, its policy loads on the real code with the
-  recipe's LoRA and checkpointing, and one rollout batch is sampled, scored and given advantages under the device guard.
+  recipe's LoRA and checkpointing, and one rollout batch is sampled, scored and given advantages under the device guard
+  (a shorter one: L = T = N = 16).
 - A covering subset (`TRAINED`, each member's reason beside it) trains 2 steps, resumes from step 1 (inside a cycle) to
   equal the uninterrupted run bitwise, and is evaluated by `scripts/eval.py`; training and resume run under the device
   guard (`mapg.device`), so the GPU path is checked for tensors left on the CPU. The recipes outside it differ from a
