@@ -10,12 +10,16 @@ file before committing it:
 
 The resolution is pip's own (`pip install --dry-run --ignore-installed --report`) in the running interpreter, so the
 file is for that Python and platform (its header says which); it may take minutes, since pip searches the ranges here."""
-import argparse, json, platform, subprocess, sys, tempfile, time
+import argparse, json, platform, re, subprocess, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT/'constraints.txt'
 TORCH = 'torch==2.13.0'              # the README installs this first (the CPU wheel on a CPU machine)
+
+def norm(name:str)->str:
+    "A package name as pip compares it (PEP 503): `Foo_Bar.baz` and `foo-bar-baz` are one package"
+    return re.sub(r'[-_.]+', '-', name).lower()
 
 def resolve()->dict:
     "Package name -> version of a fresh resolution of torch and mapg with its dev extra (mapg itself left out)"
@@ -29,8 +33,8 @@ def resolve()->dict:
     pins = {}
     for r in got:
         name, version = r['metadata']['name'], r['metadata']['version']
-        if name.lower() == 'mapg': continue
-        pins[name.lower().replace('_', '-')] = version.split('+')[0]    # a local label (2.13.0+cpu) is the wheel's build, not a version
+        if norm(name) == 'mapg': continue
+        pins[norm(name)] = version.split('+')[0]    # a local label (2.13.0+cpu) is the wheel's build, not a version
     return dict(sorted(pins.items()))
 
 def read(path:Path)->dict:
@@ -41,7 +45,7 @@ def read(path:Path)->dict:
         line = line.split('#')[0].strip()
         if '==' in line:
             name, version = line.split('==')
-            pins[name.strip().lower()] = version.strip()
+            pins[norm(name.strip())] = version.strip()
     return pins
 
 def moved(old:dict, new:dict)->list[str]:

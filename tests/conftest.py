@@ -24,7 +24,7 @@ FIRST = ('test_distributed.py::', 'test_recipes.py::test_recipe_trained', 'test_
 
 def _shares_a_fixture(item)->bool:
     "Whether the test uses a fixture built once for its file (module scope or wider, pytest's own left aside)"
-    return any(defs[-1].scope in ('module', 'package', 'session') and not defs[-1].baseid == ''
+    return any(defs[-1].scope in ('module', 'package', 'session') and defs[-1].baseid != ''
                for defs in item._fixtureinfo.name2fixturedefs.values())
 
 @pytest.hookimpl(tryfirst=True)        # before pytest-xdist reads the groups into the test ids

@@ -71,7 +71,7 @@ def test_resolve_a_checkpoint_and_its_weights(run):
     w = resolve(EvalArgs(model=str(out/'checkpoint-1'/'model')))              # the checkpoint's weights folder: read with its run's config
     assert (w.protocol, w.tasks, Path(w.run_config), w.checkpoint) == ('trainer', ['order'], out/'checkpoint-1', None)
 
-@pytest.mark.parametrize('args,msg', [
+REFUSALS = [
     (['--model', 'RUN', '--tasks', 'sudoku'], "error: tasks: the 'trainer' protocol evaluates the run's own task, order; drop --tasks"),
     (['--model', 'RUN', '--protocol', 'mapg'], "error: protocol: RUN trained the toy order task, which only the 'trainer' protocol scores"),
     (['--model', 'RUN', '--lengths', '128'], "error: lengths: order_L128_b8: L=128 leaves no position for a prompt in the model's 128; choose lengths below 128"),
@@ -81,12 +81,14 @@ def test_resolve_a_checkpoint_and_its_weights(run):
     (['--model', 'PRE', '--tasks', 'gsm8k'], "error: tasks: the 'trainer' protocol evaluates the run's own task, order"),
     (['--model', 'PRE', '--run_config', '/no/such/run'], "error: run_config: /no/such/run holds no trainer config.json"),
     (['--model', 'toy', '--tasks', 'order'], "error: tasks: ['order'] is scored by the 'trainer' protocol only"),
-])
+]
+
+@pytest.mark.parametrize('args,msg', REFUSALS)
 def test_refusals_are_one_line(run, tmp_path, capsys, args, msg):
     "One line naming the field (and the fix), exit 2, and no output_dir left behind; the first as a shell sees it, the others in this process"
     out, _, _ = run
-    sub = {'RUN': str(out), 'PRE': str(PRETRAINED)}
+    shell, sub = (args, msg) == REFUSALS[0], {'RUN': str(out), 'PRE': str(PRETRAINED)}
     args, msg = [sub.get(a, a) for a in args], msg.replace('RUN', str(out))
-    lines = refusal(args + ['--output_dir', str(tmp_path/'ev'), '--no_plot', '--no_progress'], capsys, shell='sudoku' in args)
+    lines = refusal(args + ['--output_dir', str(tmp_path/'ev'), '--no_plot', '--no_progress'], capsys, shell=shell)
     assert len(lines) == 1 and lines[0].startswith(msg), lines
     assert not (tmp_path/'ev').exists()

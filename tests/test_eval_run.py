@@ -93,17 +93,20 @@ def test_checkpoint_of_a_run_and_every_checkpoint(run, tmp_path):
     assert res['rows'][4]['cells']['sudoku_L16_b16']['step'] in (1, 2)                     # best: a checkpoint, never the base
     assert res['base'] == 'toy_sudoku'
 
-@pytest.mark.parametrize('args,msg', [
+REFUSALS = [
     (['--model', '/no/such/run'], "error: model: no folder '/no/such/run' here"),
     (['--model', 'RUN', '--checkpoint', 'RUN'], "error: checkpoint: --model"),
     (['--model', 'RUN', '--tasks', 'gsm8k'], "error: tasks: the 'trainer' protocol evaluates the run's own task, sudoku"),
     (['--model', 'RUN', '--lengths', '128'], "error: lengths: sudoku_L128_b16: L=128 leaves no position for a prompt in the model's 128; choose lengths below 128"),
-])
+]
+
+@pytest.mark.parametrize('args,msg', REFUSALS)
 def test_refusals_are_one_line(run, tmp_path, capsys, args, msg):
     "One line naming the field, exit 2: the first as a shell sees it (scripts/eval.py in a child process), the others from its entry point in this process"
     out, _ = run
+    shell = (args, msg) == REFUSALS[0]
     args = [str(out) if a == 'RUN' else a for a in args]
-    lines = refusal(args + ['--output_dir', str(tmp_path/'ev'), '--no_plot', '--no_progress'], capsys, shell=args[1] == '/no/such/run')
+    lines = refusal(args + ['--output_dir', str(tmp_path/'ev'), '--no_plot', '--no_progress'], capsys, shell=shell)
     assert len(lines) == 1 and lines[0].startswith(msg), lines
 
 def refusal(args:list, capsys, shell:bool=False)->list:

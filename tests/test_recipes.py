@@ -42,6 +42,8 @@ SHRINK = ['--max_prompt_len', '16', '--gen_length', '32', '--block_length', '32'
 
 SIZE = dict(hidden=16, heads=2)           # the real vocabularies (126464 and 152064 rows) dominate the cost
 
+def kind_of(name:str)->str: return 'dream' if name.startswith('dream') else 'llada'
+
 def recipe(name:str)->dict:
     import yaml
     return yaml.safe_load((ROOT/'configs'/name).read_text())
@@ -115,13 +117,11 @@ def check_statically(name:str, model:Path, tmp:Path):
 
 @pytest.mark.parametrize('name', RECIPES)
 def test_recipe_checked_statically(tmp_path, name):
-    kind = 'dream' if name.startswith('dream') else 'llada'
-    check_statically(name, tiny_checkpoint(kind, 'real', **SIZE), tmp_path)
+    check_statically(name, tiny_checkpoint(kind_of(name), 'real', **SIZE), tmp_path)
 
 @pytest.mark.parametrize('name', sorted(TRAINED))
 def test_recipe_trained(tmp_path, name):
-    kind = 'dream' if name.startswith('dream') else 'llada'
-    check_recipe(name, tiny_checkpoint(kind, 'real', **SIZE), tmp_path)
+    check_recipe(name, tiny_checkpoint(kind_of(name), 'real', **SIZE), tmp_path)
 
 def test_token_only_recipes_are_their_twins():
     "Each token-only recipe is its mask-aware twin with the position term off: what the trained subset does not train is one field"
@@ -137,9 +137,8 @@ def test_token_only_recipes_are_their_twins():
 @pytest.mark.parametrize('name', ['llada_gsm8k.yaml', 'dream_sudoku_token_only.yaml'])
 def test_recipe_on_standin(tmp_path, name):
     "mapg's stand-ins: trained where the real code is absent; beside it (which the trained subset runs), checked statically"
-    kind = 'dream' if name.startswith('dream') else 'llada'
-    model = tiny_checkpoint(kind, 'standin', **SIZE)
-    if has_upstream(kind): check_statically(name, model, tmp_path)
+    model = tiny_checkpoint(kind_of(name), 'standin', **SIZE)
+    if has_upstream(kind_of(name)): check_statically(name, model, tmp_path)
     else: check_recipe(name, model, tmp_path)
 
 @pytest.mark.parametrize('name', RECIPES)
