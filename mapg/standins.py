@@ -19,9 +19,9 @@ from .compat import adapt_remote_code, _rope_default
 from .models import MDLM, _base, _default_attn
 
 # %% auto #0
-__all__ = ['STANDIN_CODE', 'LLADA_TOKENS', 'DREAM_TOKENS', 'LLADA_CHAT_TEMPLATE', 'DREAM_CHAT_TEMPLATE', 'TinyLLaDAConfig',
-           'TinyLLaDA', 'TinyDreamConfig', 'TinyDream', 'tiny_llada', 'tiny_dream', 'save_standin',
-           'save_tokenizer_standin', 'tiny_remote_checkpoint', 'llada_shaped']
+__all__ = ['STANDIN_CODE', 'LLADA_TOKENS', 'DREAM_TOKENS', 'LLADA_CHAT_TEMPLATE', 'DREAM_CHAT_TEMPLATE', 'DREAM_7B',
+           'TinyLLaDAConfig', 'TinyLLaDA', 'TinyDreamConfig', 'TinyDream', 'tiny_llada', 'tiny_dream', 'save_standin',
+           'save_tokenizer_standin', 'remote_checkpoint', 'tiny_remote_checkpoint', 'llada_shaped']
 
 # %% ../nbs/03c_standins.ipynb #987ce6f5
 def _rope_cos_sin(inv_freq:Tensor, pos:Tensor)->tuple[Tensor, Tensor]:
@@ -484,7 +484,68 @@ def _tiny_config(kind:str, code:Path, hidden:int, layers:int, heads:int, interme
                 # grouped-query attention, as Qwen2.5-7B's
                 num_attention_heads=heads, num_key_value_heads=max(1, heads // 2))
 
+# %% ../nbs/03c_standins.ipynb #feb1b1c4
+# Dream-v0-Instruct-7B's sizes (a Qwen2.5-7B body): its config.json is not among the remote code
+DREAM_7B = dict(hidden=3584, layers=28, heads=28, intermediate=18944, max_positions=131072)
+
+def _write_configs(kind:str, code:Path, out:Path, sizes:dict|None):
+    "config.json (the real one, or with `sizes`) and generation_config.json of a checkpoint of `kind` in `out`"
+    if sizes: cfg = _tiny_config(kind, code, **{'intermediate': None, 'max_positions': None, **sizes})
+    elif kind == 'llada': cfg = json.loads((code/'config.json').read_text())
+    else: cfg = {**_tiny_config(kind, code, **DREAM_7B), 'num_key_value_heads': 4}
+    (out/'config.json').write_text(json.dumps(cfg, indent=2))
+    gen = code/'generation_config.json'
+    if gen.exists(): shutil.copy(gen, out/gen.name)
+    else: (out/gen.name).write_text(json.dumps(dict(bos_token_id=151643, eos_token_id=151643, pad_token_id=151643,
+                                                     mask_token_id=151666)))
+
+def _llada_on(cls, config, device:torch.device):
+    "LLaDA built and initialised on `device` (its wrapper class alone builds on the CPU: it sets init_device 'cpu')"
+    import sys
+    mod = sys.modules[cls.__module__]
+    mc = mod.create_model_config_from_pretrained_config(config)
+    mc.init_device = str(device)
+    return cls(config, model=mod.LLaDAModel(mc, init_params=True))
+
 # %% ../nbs/03c_standins.ipynb #3dd20828
+def remote_checkpoint(kind:str,                   # 'llada' | 'dream'
+                      code_dir:str|Path,          # the family's unmodified remote-code folder
+                      out_dir:str|Path,           # folder to write the checkpoint to
+                      sizes:dict|None=None,       # None: the real model's; else `tiny_remote_checkpoint`'s sizes
+                      dtype:torch.dtype=torch.float32, # dtype of the weights, built and saved
+                      device:str|torch.device='cpu',   # where the weights are built
+                      seed:int=0                  # seed of the random weights
+                     )->Path:
+    "A random checkpoint that runs family `kind`'s real remote code: real vocabulary, ids and fields; any sizes"
+    if kind not in STANDIN_CODE:
+        raise ValueError(f"remote_checkpoint builds {sorted(STANDIN_CODE)}, not kind={kind!r}")
+    code, out, device = Path(code_dir), Path(out_dir), torch.device(device)
+    cfg_mod, _, mdl_mod, mdl_cls = STANDIN_CODE[kind]
+    need = [f'{cfg_mod}.py', f'{mdl_mod}.py'] + (['config.json'] if kind == 'llada' else [])
+    missing = [f for f in need if not (code/f).exists()]
+    if missing: raise FileNotFoundError(f"{code} lacks {missing}: pass the folder that holds {kind}'s remote code")
+    out.mkdir(parents=True, exist_ok=True)
+    # the remote code, copied at build time
+    for f in code.glob('*.py'): shutil.copy(f, out/f.name)
+    _write_configs(kind, code, out, sizes)
+    import transformers
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+    from safetensors.torch import save_model
+    config = transformers.AutoConfig.from_pretrained(out, trust_remote_code=True)
+    # as load_model builds it
+    cls, _ = adapt_remote_code(get_class_from_dynamic_module(f'{mdl_mod}.{mdl_cls}', str(out)), config)
+    def build():
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            with device: return _llada_on(cls, config, device) if kind == 'llada' else cls(config)
+        finally: torch.set_default_dtype(old)
+    model = seeded(seed, build, device)
+    save_model(model.to(dtype), str(out/'model.safetensors'), metadata={'format': 'pt'})
+    save_tokenizer_standin(kind, out, code)
+    return out
+
+# %% ../nbs/03c_standins.ipynb #0c7126e4
 def tiny_remote_checkpoint(kind:str,                   # 'llada' | 'dream'
                            code_dir:str|Path,          # the family's unmodified remote-code folder
                            out_dir:str|Path,           # folder to write the checkpoint to
@@ -495,34 +556,9 @@ def tiny_remote_checkpoint(kind:str,                   # 'llada' | 'dream'
                            max_positions:int|None=None,# LLaDA's max_sequence_length / Dream's max_position_embeddings
                            seed:int=0                  # seed of the random weights
                           )->Path:
-    "A tiny random checkpoint that runs family `kind`'s real remote code: real vocabulary, ids and fields, small sizes"
-    if kind not in STANDIN_CODE:
-        raise ValueError(f"tiny_remote_checkpoint builds {sorted(STANDIN_CODE)}, not kind={kind!r}")
-    code, out = Path(code_dir), Path(out_dir)
-    cfg_mod, _, mdl_mod, mdl_cls = STANDIN_CODE[kind]
-    need = [f'{cfg_mod}.py', f'{mdl_mod}.py'] + (['config.json'] if kind == 'llada' else [])
-    missing = [f for f in need if not (code/f).exists()]
-    if missing: raise FileNotFoundError(f"{code} lacks {missing}: pass the folder that holds {kind}'s remote code")
-    out.mkdir(parents=True, exist_ok=True)
-    # the remote code, copied at build time
-    for f in code.glob('*.py'): shutil.copy(f, out/f.name)
-    cfg = _tiny_config(kind, code, hidden, layers, heads, intermediate, max_positions)
-    (out/'config.json').write_text(json.dumps(cfg, indent=2))
-    gen = code/'generation_config.json'
-    if gen.exists(): shutil.copy(gen, out/gen.name)
-    else: (out/gen.name).write_text(json.dumps(dict(bos_token_id=151643, eos_token_id=151643, pad_token_id=151643,
-                                                     mask_token_id=151666)))
-    import transformers
-    from transformers.dynamic_module_utils import get_class_from_dynamic_module
-    from safetensors.torch import save_model
-    config = transformers.AutoConfig.from_pretrained(out, trust_remote_code=True)
-    # as load_model builds it
-    cls, _ = adapt_remote_code(get_class_from_dynamic_module(f'{mdl_mod}.{mdl_cls}', str(out)), config)
-    # LLaDA initialises only when asked
-    model = seeded(seed, lambda: cls(config, init_params=True) if kind == 'llada' else cls(config))
-    save_model(model.float(), str(out/'model.safetensors'), metadata={'format': 'pt'})
-    save_tokenizer_standin(kind, out, code)
-    return out
+    "A tiny random float32 checkpoint that runs family `kind`'s real remote code: real vocabulary, ids and fields"
+    sizes = dict(hidden=hidden, layers=layers, heads=heads, intermediate=intermediate, max_positions=max_positions)
+    return remote_checkpoint(kind, code_dir, out_dir, sizes, seed=seed)
 
 # %% ../nbs/03c_standins.ipynb #33e020ec
 def llada_shaped(hidden:int=4096, layers:int=32, heads:int=32, intermediate:int=12288, vocab_size:int=126464,

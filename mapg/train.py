@@ -72,7 +72,11 @@ class TrainingRun:
 @patch
 def fit(self:TrainingRun)->dict:
     "Set up, take optimizer steps until `max_steps`, then evaluate and report: the summary, with the `model`"
-    self.setup_engine(); self.setup_state(); self.evaluate_before(); self.open_log()
+    t0 = time.perf_counter()
+    self.setup_engine()
+    # loading the policy and building the engine, in the summary
+    self.summary['setup_s'] = time.perf_counter() - t0
+    self.setup_state(); self.evaluate_before(); self.open_log()
     while self.state['step'] < self.run.max_steps: self.one_step()
     return self.finish()
 
@@ -341,6 +345,8 @@ def log_step(self:TrainingRun, mets:dict, pairs:int, grad_norm:float, finite:boo
                skipped_total=st['skipped'], optimizer_steps=_adam_steps(self.opt),
                fwd_per_seq=(self.roll.steps if t_phase['rollout'] else 0) + pairs / (B * len(buf)),
                **{f"{k}_s": v for k, v in t_phase.items()})
+    # the device's peak memory so far, on a GPU
+    if self.acc.device.type == 'cuda': row['peak_gib'] = torch.cuda.max_memory_allocated(self.acc.device) / 2**30
     if self.main:
         self._write_row(row)
         if not finite:

@@ -20,7 +20,8 @@ if os.environ.get('PYTEST_XDIST_WORKER'):       # two workers on two cores: one 
 
 SANDBOX = {'test_sandbox', 'test_sandbox_attacks', 'test_sandbox_judge', 'test_rewards_data', 'test_rewards_robust'}
 # the long poles (a minute or more each on one core), started first so that the two workers finish together
-FIRST = ('test_distributed.py::', 'test_recipes.py::test_recipe_trained', 'test_pages.py::test_eight_gpus', 'add_task.ipynb')
+FIRST = ('test_distributed.py::', 'test_multinode.py::', 'test_recipes.py::test_recipe_trained', 'test_pages.py::test_eight_gpus',
+         'add_task.ipynb')
 
 def _shares_a_fixture(item)->bool:
     "Whether the test uses a fixture built once for its file (module scope or wider, pytest's own left aside)"

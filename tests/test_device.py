@@ -32,7 +32,7 @@ def guarded(out, cache, *extra)->dict:
         return s
 
 def rows(out): return [json.loads(l) for l in (Path(out)/'metrics.jsonl').read_text().splitlines()]
-def strip(r:dict): return {k: v for k, v in r.items() if not k.endswith('_s')}
+def strip(r:dict): return {k: v for k, v in r.items() if not k.endswith('_s') and k != 'peak_gib'}   # times, and peak memory (a GPU's only)
 def trainable(s): return {n: p.detach().clone() for n, p in s['model'].model.named_parameters() if p.requires_grad}
 
 def test_the_first_gpu_crash_is_caught():
