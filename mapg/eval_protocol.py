@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
 from .data import chat_prompt, gsm8k_prompt, math_prompt, SUDOKU_RULES, SUDOKU_SHOTS
-from .rewards import answer_tag, answer_spans, last_boxed, python_block, single_number, parse_number, sudoku_solved
+from .rewards import (answer_tag, answer_spans, last_boxed, python_block, single_number, parse_number,
+    sudoku_solved, glue_signs)
 from .rewards_math import math_equal
 from .paper import TASK_NAMES
 if TYPE_CHECKING:
@@ -103,6 +104,11 @@ FIXES = dict(
                       "reads a negative gold answer as none (its pattern after `####` has no sign): never correct",
                       "reads the gold answer with its sign",
                       ('gsm8k', "<answer>\\boxed{-3}</answer>", dict(answer='-3'))),
+    signs=Fix('GSM8K', "reads `-$18`, `- 18`, `–18`, `-\\boxed{18}` as 18: the sign is lost",
+              "reads a dash (`-`, `−`, `–`, `—`) before a number, across spaces, currency or markup, as its sign",
+              ('gsm8k', "<answer>\\boxed{-\\$18}</answer>", dict(answer='18'))),
+    comma_lists=Fix('GSM8K', "reads `18,20` and `18,5` as 18 (a box: its first number) or 20 and 5 (an answer tag)",
+                    "reads no number from them", ('gsm8k', "<answer>\\boxed{18,5}</answer>", dict(answer='18'))),
     unclosed=Fix('GSM8K, MATH500, Countdown, Sudoku',
                  "reads nothing from an `<answer>` never closed (a generation cut at L)",
                  "reads the open tag's content to the end",
@@ -183,6 +189,8 @@ def _answer_block(text:str, last:bool, unclosed:bool)->str|None:
 # %% ../nbs/13a_eval_protocol.ipynb #cddfcf94
 _D1_NUM = re.compile(r'-?\d+\.?\d*')
 _COMMA_NUM = re.compile(r'-?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+)\.?\d*')
+# `comma_lists`: digits joined by commas are one run, a number only if its commas separate thousands
+_RUN, _GROUPED = re.compile(r'-?\d+(?:,\d+)*\.?\d*'), re.compile(r'-?\d{1,3}(?:,\d{3})+(?:\.\d*)?')
 
 # %% ../nbs/13a_eval_protocol.ipynb #04acb035
 def _float(s:str, commas:bool)->float|None:
@@ -193,9 +201,13 @@ def _float(s:str, commas:bool)->float|None:
     return None
 
 # %% ../nbs/13a_eval_protocol.ipynb #837c3c72
-def _gsm_number(s:str, first:bool, commas:bool)->float|None:
+def _gsm_number(s:str, first:bool, commas:bool, lists:bool=False)->float|None:
     "d1's reading of a box (`first`: its first number) or answer block (its last number), the whole string first"
     if (x := _float(s, commas)) is not None: return x
+    if lists and (runs := _RUN.findall(s)):
+        # the run holding the number d1 takes: read as d1 reads it if its commas separate thousands, else no number
+        r = runs[0 if first else -1]
+        return _gsm_number(r, first, commas) if ',' not in r or _GROUPED.fullmatch(r) else None
     nums = (_COMMA_NUM if commas else _D1_NUM).findall(s)
     return float(nums[0 if first else -1].replace(',', '')) if nums else None
 
@@ -215,13 +227,14 @@ def read_gsm8k(text:str,            # the generation
     "GSM8K by d1's rules: the first box holding a number (its first number), else the first answer block's last number"
     f = fixes
     if _fix(f, 'eos'): text = cut_eos(text, eos)
+    if _fix(f, 'signs'): text = glue_signs(text)
     boxes = _boxes(text) if _fix(f, 'box_forms') else _boxes_d1(text)
-    got = None
+    rules, got = dict(commas=_fix(f, 'commas'), lists=_fix(f, 'comma_lists')), None
     for b in (boxes[::-1] if _fix(f, 'last') else boxes):
         b = b.strip()
-        if b and not re.fullmatch(r'\.+', b) and (got := _gsm_number(b, True, _fix(f, 'commas'))) is not None: break
+        if b and not re.fullmatch(r'\.+', b) and (got := _gsm_number(b, True, **rules)) is not None: break
     if got is None and (a := _answer_block(text, _fix(f, 'last'), _fix(f, 'unclosed'))) is not None and a.strip():
-        got = _gsm_number(a.strip(), False, _fix(f, 'commas'))
+        got = _gsm_number(a.strip(), False, **rules)
     gold = gsm8k_gold(answer, _fix(f, 'negative_gold'))
     return dict(answer=got, correct=got is not None and gold is not None and got == gold)
 

@@ -7,13 +7,15 @@ from __future__ import annotations
 import ast, inspect, logging, re, threading, warnings
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
+from itertools import islice
 from typing import Callable, Iterable
 from .rewards_math import math_equal
 from .sandbox import SandboxCfg, judge_program
+from .sandbox.judge import unbound_modules
 
 # %% auto #0
 __all__ = ['MAX_NUMBER_CHARS', 'MAX_CHARS', 'PARTS', 'UNSAFE_MODULES', 'REWARDS', 'answer_tag', 'last_boxed', 'code_blocks',
-           'python_block', 'parse_number', 'single_number', 'hash_answer', 'soft_format', 'strict_format',
+           'python_block', 'glue_signs', 'parse_number', 'single_number', 'hash_answer', 'soft_format', 'strict_format',
            'xml_tags_placed', 'gsm8k_reward', 'answer_spans', 'math_format', 'math_reward', 'parse_code',
            'unsafe_names', 'code_tests', 'code_reward', 'sudoku_solved', 'sudoku_reward', 'order_solution',
            'order_reward', 'eval_arith', 'countdown_reward', 'get_reward', 'score_batch', 'batch_reward',
@@ -69,7 +71,20 @@ def python_block(text:str)->str|None:
 
 # %% ../nbs/10_rewards.ipynb #8b181fea
 _NUMBER_PAT = r'[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-−]?\.\d+'
-_NUM_RE, _NUMS_RE = re.compile(_NUMBER_PAT), re.compile(rf'(?<![\d.,])(?:{_NUMBER_PAT})(?![\d])')
+# a maximal run of digits, commas between digits and a decimal part: a number if `_NUMBER_PAT` matches it whole
+_NUM_RE, _RUN_RE = re.compile(_NUMBER_PAT), re.compile(r'(?<![\d.,])[-−]?(?:\d+(?:,\d+)*(?:\.\d+)?|\.\d+)')
+
+# %% ../nbs/10_rewards.ipynb #d102baa9
+# between a sign and its digits: spaces (no line break), a currency symbol, markup (bold, italics, a box, `\(`)
+_GAP = r'(?:[^\S\n]|\\?\$|[€£¥₹*_]|\\\(|\\(?:boxed|fbox)\s*\{)'
+# group 1, before the dash: a number (spaces between or not), a minus or a range; a letter, a hyphen; a word and
+# spaces, with spaces after the dash too (`Answer - 18`), a separator
+_SIGN_RE = re.compile(rf'(\d[^\S\n]*|[^\W\d_]|[^\W\d_][^\S\n]+(?=[-−–—][^\S\n]))?([-−–—])({_GAP}*)(?=\.?\d)')
+
+# %% ../nbs/10_rewards.ipynb #8b49d00d
+def glue_signs(s:str)->str:
+    "`s` with the sign of each number as a `-` next to its digits (any dash; spaces, currency or markup between)"
+    return _SIGN_RE.sub(lambda m: m[0] if m[1] else m[3] + '-', s)
 
 # %% ../nbs/10_rewards.ipynb #4b657be9
 # a longer number is no answer to these tasks: None (and `int` would refuse past 4300 digits)
@@ -80,27 +95,39 @@ def _number(s:str)->Fraction|None:
     "The value of a string that matched `_NUMBER_PAT`, None when it is too long"
     return Fraction(s.replace(',', '').replace('−', '-')) if len(s) <= MAX_NUMBER_CHARS else None
 
+# %% ../nbs/10_rewards.ipynb #ae152937
+# marks around a number: pairs off both ends (the longer first), currency symbols off either end
+_PAIRS = (('\\(', '\\)'), ('$', '$'), ('**', '**'), ('*', '*'), ('__', '__'), ('_', '_'))
+_CURRENCY = ('\\$', '$', '€', '£', '¥', '₹')
+
+# %% ../nbs/10_rewards.ipynb #fec56a5b
+def _unmarked(s:str, depth:int=8)->str:
+    "`s` without up to `depth` marks around its number: `\\boxed{}`, a pair of `_PAIRS`, currency, final dots"
+    for _ in range(depth):
+        s = s.strip()
+        if s.startswith('\\boxed') and (b := last_boxed(s)) is not None: s = b; continue
+        if p := next(((a, b) for a, b in _PAIRS if len(s) > len(a + b) and s.startswith(a) and s.endswith(b)), None):
+            s = s[len(p[0]):-len(p[1])]; continue
+        if c := next((c for c in _CURRENCY if s.startswith(c)), None): s = s[len(c):]; continue
+        if c := next((c for c in _CURRENCY if s.endswith(c)), None): s = s[:-len(c)]; continue
+        if not s.endswith('.'): break
+        s = s.rstrip('.')
+    return s.strip()
+
 # %% ../nbs/10_rewards.ipynb #7479f714
 def parse_number(s:str)->Fraction|None:
-    "Exact value of `s` if it is one number (commas, `$`, `\\boxed{}`, trailing `.`, negatives allowed), else None"
+    "Exact value of `s` if it is one number (thousands commas, a sign, currency, `\\boxed{}`, markup), else None"
     if not isinstance(s, str): return None
-    s = s.strip()
-    if (b := last_boxed(s)) is not None and s.startswith('\\boxed'): s = b.strip()
-    # one leading and one trailing dollar sign
-    for d in ('\\$', '$'):
-        if s.startswith(d): s = s[len(d):].lstrip(); break
-    for d in ('\\$', '$'):
-        if s.endswith(d): s = s[:-len(d)].rstrip(); break
-    s = s.rstrip('.').strip()
+    s = _unmarked(glue_signs(s))
     return _number(s) if _NUM_RE.fullmatch(s) else None
 
 # %% ../nbs/10_rewards.ipynb #c84e6c8f
 def single_number(s:str)->Fraction|None:
-    "Exact value of the only number in `s` (None when there are none or several)"
+    "Exact value of the only number in `s` (None when there are none or several; `18,20` and `18,5` are none)"
     if not isinstance(s, str): return None
     if (x := parse_number(s)) is not None: return x
-    nums = _NUMS_RE.findall(s, 0)
-    return _number(nums[0]) if len(nums) == 1 else None
+    runs = list(islice(_RUN_RE.finditer(glue_signs(s)), 2))
+    return _number(runs[0][0]) if len(runs) == 1 and _NUM_RE.fullmatch(runs[0][0]) else None
 
 # %% ../nbs/10_rewards.ipynb #f6bc5787
 def hash_answer(solution:str)->str:
@@ -279,19 +306,21 @@ def code_reward(completion:str,        # model output (the code is its first Pyt
                 entry_point:str|None=None, # HumanEval: the function `check` is called on
                 test_imports:str|list|tuple=(), # import lines run before the code (sandbox) and the tests (judge)
                 timeout:float=10.,     # wall-clock seconds for the program and all its tests
-                blocked:Iterable[str]=UNSAFE_MODULES, # modules/names that make execution 0
+                blocked:Iterable[str]=UNSAFE_MODULES, # modules/names that make execution 0 (bar those the tests read)
                 cfg:SandboxCfg|None=None, # full sandbox limits (overrides `timeout`)
                 helpers:str|None=None  # trusted code the tests use (HumanEval: the prompt), never the program's
                )->dict:                # total (max 2.0) and parts format, execution
     "Code reward: Python block format + fraction of `tests` passed, judged outside the sandbox (0 if using `blocked`)"
     cases, text = code_tests(tests, entry_point), _text(completion)
-    if isinstance(test_imports, str): test_imports = [test_imports]
+    imports = [str(s) for s in ([test_imports] if isinstance(test_imports, str) else test_imports)]
     if len(text) > MAX_CHARS['code']: return _zeros('code')
     code = python_block(text)
     if code is None: return _parts(format=0., execution=0.)
     if (tree := parse_code(code)) is None: return _parts(format=0.5, execution=0.)
-    if unsafe_names(tree, blocked): return _parts(format=1., execution=0.)
-    res = judge_program(code, cases, [str(s) for s in test_imports], helpers=helpers, entry_point=entry_point,
+    # the standard modules the tests read unbound: the tests need them, so the program may import them too
+    needed = unbound_modules(cases, imports, entry_point)
+    if unsafe_names(tree, set(blocked) - needed): return _parts(format=1., execution=0.)
+    res = judge_program(code, cases, imports, helpers=helpers, entry_point=entry_point,
                         cfg=cfg or SandboxCfg(timeout=timeout))
     return _parts(format=1., execution=res.frac)
 

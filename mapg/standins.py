@@ -511,7 +511,7 @@ def _llada_on(cls, config, device:torch.device):
 def remote_checkpoint(kind:str,                   # 'llada' | 'dream'
                       code_dir:str|Path,          # the family's unmodified remote-code folder
                       out_dir:str|Path,           # folder to write the checkpoint to
-                      sizes:dict|None=None,       # None: the real model's; else `tiny_remote_checkpoint`'s sizes
+                      sizes:dict|None=None,       # None: the real ones; else hidden, layers, heads, ...
                       dtype:torch.dtype=torch.float32, # dtype of the weights, built and saved
                       device:str|torch.device='cpu',   # where the weights are built
                       seed:int=0                  # seed of the random weights

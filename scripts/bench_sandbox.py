@@ -20,7 +20,10 @@ def cpu_of(f):
 
 def compare(baseline:str, n:int):
     "Interleaved per-program wall and CPU: a baseline `sandbox.py` (its scoring path) against this one"
-    spec = importlib.util.spec_from_file_location('baseline_sandbox', baseline)
+    b = Path(baseline)
+    # a module file, or a package folder (mapg/sandbox/ as `git archive` writes it)
+    spec = (importlib.util.spec_from_file_location('baseline_sandbox', b/'__init__.py', submodule_search_locations=[str(b)])
+            if b.is_dir() else importlib.util.spec_from_file_location('baseline_sandbox', b))
     old = sys.modules['baseline_sandbox'] = importlib.util.module_from_spec(spec); spec.loader.exec_module(old)
     judge = getattr(sandbox, 'judge_program', None) or sandbox.run_program
     old_judge = getattr(old, 'judge_program', None)   # the baseline's scoring path (its run_program before the judge)
@@ -39,7 +42,7 @@ def main():
     ap.add_argument('--workers', type=int, default=os.cpu_count(), help='parallel sandboxes (default: CPUs)')
     ap.add_argument('--repeats', type=int, default=3, help='alternating serial/parallel measurements; the best of each is kept')
     ap.add_argument('--n', type=int, default=60, help='programs for the overhead measurement')
-    ap.add_argument('--baseline', help="an older mapg/sandbox.py to time against, interleaved (e.g. from `git show`)")
+    ap.add_argument('--baseline', help="an older mapg/sandbox.py, or mapg/sandbox/ folder, to time against, interleaved (e.g. from `git archive`)")
     a = ap.parse_args()
     recs = load_data('humaneval')
     he = [json.loads(l) for l in gzip.open(data_dir()/'humaneval.jsonl.gz')]

@@ -18,7 +18,8 @@ if os.environ.get('PYTEST_XDIST_WORKER'):       # two workers on two cores: one 
     import torch
     torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
 
-SANDBOX = {'test_sandbox', 'test_sandbox_attacks', 'test_sandbox_judge', 'test_rewards_data', 'test_rewards_robust'}
+SANDBOX = {'test_sandbox', 'test_sandbox_attacks', 'test_sandbox_judge', 'test_rewards_data', 'test_rewards_robust',
+           'test_sandbox_inflight', 'test_judge_names'}
 # the long poles (a minute or more each on one core), started first so that the two workers finish together
 FIRST = ('test_distributed.py::', 'test_multinode.py::', 'test_recipes.py::test_recipe_trained', 'test_pages.py::test_eight_gpus',
          'add_task.ipynb')

@@ -14,10 +14,15 @@ from conftest import HANG, run_child
 
 ROOT = Path(__file__).resolve().parent.parent
 
+def _default_sigint():
+    "SIGINT as a terminal delivers it: a suite started in the background inherits it ignored, and Python then keeps it so"
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 def child(code:str, *args)->subprocess.Popen:
     "A Python subprocess running `code` with `args` in sys.argv[1:]"
     return subprocess.Popen([sys.executable, '-u', '-c', textwrap.dedent(code), *map(str, args)], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, 'OMP_NUM_THREADS': '1'},
+                            preexec_fn=_default_sigint)
 
 def wait_for(p:subprocess.Popen, word:str, timeout:float=HANG)->str:
     "Read `p`'s stdout (unbuffered: lines that came together are all seen) until a line holding `word`"

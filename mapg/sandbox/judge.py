@@ -4,15 +4,16 @@
 
 # %% ../../nbs/08d_sandbox_judge.ipynb #f1b07873
 from __future__ import annotations
+import sys
 from .protocol import _sbx_codec
 
 # %% auto #0
-__all__ = []
+__all__ = ['unbound_modules']
 
 # %% ../../nbs/08d_sandbox_judge.ipynb #1da73c85
-_PURE = ('math', 'cmath', 're', 'string', 'itertools', 'functools', 'operator', 'collections', 'heapq', 'bisect',
-         'statistics', 'fractions', 'decimal', 'typing', 'random', 'datetime', 'copy', 'json', 'array', 'textwrap',
-         'unicodedata', 'numbers', 'enum', 'dataclasses', 'calendar', 'hashlib', 'struct')
+# every standard module's name (the host's list, written into the child's source): read by the tests and bound by
+# nothing of theirs, it is the judge's own module
+_PURE = tuple(sorted(sys.stdlib_module_names))
 
 # %% ../../nbs/08d_sandbox_judge.ipynb #z4uqf9qd
 def _jdg_names(tests)->tuple:
@@ -44,6 +45,15 @@ def _jdg_names(tests)->tuple:
                 # resolved by the judge; a relative one never resolves
                 stars.add('.' * n.level + (n.module or ''))
     return loaded, bound, stars - {'solution'}
+
+# %% ../../nbs/08d_sandbox_judge.ipynb #61234871
+def unbound_modules(tests:list|tuple,      # the test cases (source), as the judge runs them
+                    imports:list|tuple=(), # the dataset's import lines, run before the tests
+                    entry_point:str|None=None # the function under test: the program's, whatever its name
+                   )->set:
+    "Standard modules `tests` read and neither they nor `imports` bind: the judge's own there, never the program's"
+    loaded, bound, _ = _jdg_names([*tests, *imports])
+    return (loaded - bound) & set(_PURE) - {entry_point}
 
 # %% ../../nbs/08d_sandbox_judge.ipynb #22917076
 def _jdg_errors()->tuple:
@@ -205,14 +215,15 @@ def _jdg_namespace(job, values, objs, Remote)->dict:
     bound |= starred
     free = {n for n in loaded - bound if n not in base and (n == entry or not hasattr(builtins, n))}
     if unresolved: free &= {entry}
-    # a standard module's name the tests read is the judge's own module
-    for n in free & set(_PURE) - {entry}:
+    # a standard module's name the tests read is the judge's own module (unbound if it does not import)
+    std = free & set(_PURE) - {entry}
+    for n in std:
         try: base[n] = importlib.import_module(n)
         except Exception: pass
     prog = {n: v for n, v in values.items() if type(n) is str and n[:2] != '__'}
     prog.update((n, Remote(r)) for n, r in objs.items() if type(n) is str and n[:2] != '__' and type(r) is int)
     # names only the program can supply
-    mine = {n for n in free | {entry} if n in prog and n not in base}
+    mine = {n for n in (free - std) | {entry} if n in prog and n not in base}
     sol = types.ModuleType('solution')
     sol.__dict__.update(prog)
     # `from solution import *` never rebinds a name the tests bind themselves

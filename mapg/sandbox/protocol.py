@@ -134,7 +134,8 @@ def _sbx_dec():
                 x = s[i:i + k]; i += k
                 return made(x if c == 's' else x.encode('latin-1'))
             if c in 'ltSRd': return read(c, depth)
-            if c == 'h': return ref(int(num()))
+            # a handle: its number and the object the judge builds for it (a `Remote`) count too
+            if c == 'h': return made(ref(made(int(num()))))
             raise ValueError(f'unknown tag {c!r}')
         read = box(s, num, spend, made, go)
         v = go(0)
