@@ -79,8 +79,12 @@ class RolloutCfg:
     pos_temperature:float=0.5             # tau_pos: Plackett-Luce temperature
     score:str='max_logit'                 # unmasking score: max_logit | max_logprob | token_logprob
     # 'prefix': keep the prompt's and finished blocks' key/values and run each step over the current block only (an
-    # exact, different policy); 'none': the full canvas every step
+    # exact, different policy: a few points less accurate on the toys before RL; the cache page has its price);
+    # 'none': the full canvas every step
     cache:str='none'
+    # cache='prefix': record the prefix's key/values again every this many steps of a block (0: once a block; 1: every
+    # step). More forward passes, closer to the uncached model's view
+    cache_refresh:int=0
     n_segments:int=32                     # N: StepMerge segments
     max_prompt_len:int|None=None          # keep the last this many tokens of each prompt (None: never cut)
 
@@ -89,7 +93,7 @@ class RolloutCfg:
 def settings(self:RolloutCfg)->GenSettings:
     "The `GenSettings` of the rollouts"
     return GenSettings(self.gen_length, self.block_length, self.steps, self.temperature, self.remasking,
-                       self.pos_temperature, self.score, self.cache)
+                       self.pos_temperature, self.score, self.cache, self.cache_refresh)
 
 # %% ../nbs/12_config.ipynb #866f2a6d
 @dataclass

@@ -41,13 +41,14 @@ def _window_logits(model, r:Rollout, rows:Tensor, t0:Tensor, t1:Tensor, cols:Ten
         return
     # cache='prefix': z_b's prefix, then z^{t0} on the pair's own window
     spb, bl = s.steps_per_block, s.block_length
-    b_lo = t0 // spb
-    width = ((t1 - 1) // spb - b_lo + 1) * bl
-    for b, w in sorted(set(zip(b_lo.tolist(), width.tolist()))):
-        idx = ((b_lo == b) & (width == w)).nonzero().squeeze(1)
-        # one prefix pass per sequence and block, shared by its pairs
+    # the state each pair's prefix was recorded from: its block's first, or its last refresh
+    tp = s.prefix_state(t0)
+    width = ((t1 - 1) // spb - t0 // spb + 1) * bl
+    for ts, w in sorted(set(zip(tp.tolist(), width.tolist()))):
+        b, idx = ts // spb, ((tp == ts) & (width == w)).nonzero().squeeze(1)
+        # one prefix pass per sequence and recorded state, shared by its pairs
         u, inv = rows[idx].unique(return_inverse=True)
-        pc = PrefixCache(model, _state(r, u, t0.new_full(u.shape, b * spb)), r.attn[u], P + b * bl)
+        pc = PrefixCache(model, _state(r, u, t0.new_full(u.shape, ts)), r.attn[u], P + b * bl)
         for a in range(0, len(idx), mb):
             j, ix = idx[a:a + mb], inv[a:a + mb]
             same = len(ix) == len(u) and bool((ix == torch.arange(len(u), device=ix.device)).all())

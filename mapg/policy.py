@@ -56,6 +56,10 @@ def _check_mode_names(s):
         raise ValueError(f"remasking={s.remasking!r}: expected one of {REMASKING}")
     if s.score not in SCORES: raise ValueError(f"score={s.score!r}: expected one of {SCORES}")
     if s.cache not in CACHES: raise ValueError(f"cache={s.cache!r}: expected one of {CACHES}")
+    r = s.cache_refresh
+    if not isinstance(r, numbers.Integral) or isinstance(r, bool) or r < 0:
+        raise ValueError(f"cache_refresh must be an integer >= 0 (0: once a block), got {r!r}")
+    if r and s.cache != 'prefix': raise ValueError(f"cache_refresh={r} needs cache='prefix'")
 
 # %% ../nbs/04_policy.ipynb #ks3lmjz0
 def _check_temperatures(s):
@@ -85,6 +89,7 @@ class GenSettings:
     pos_temperature:float=0.5     # tau_pos: Plackett-Luce temperature
     score:str='max_logit'         # 'max_logit' | 'max_logprob' | 'token_logprob': the unmasking score
     cache:str='none'              # 'none': the full canvas every step; 'prefix': each step over its block (mapg.cache)
+    cache_refresh:int=0           # cache='prefix': prefix key/values recorded again every this many steps (0: once)
 
     def __post_init__(self): _check_gen_settings(self)
 
@@ -111,6 +116,15 @@ def block_k(self:GenSettings)->list:
 def k(self:GenSettings)->list:
     "k_t for t = 1..T: every block's schedule in turn"
     return self.block_k * self.num_blocks
+
+# %% ../nbs/04_policy.ipynb #f7a47e43
+@patch
+def prefix_state(self:GenSettings, t:int|Tensor # a state index z^t, 0..T-1 (an int or a tensor of them)
+                )->int|Tensor:
+    "cache='prefix': the state whose prefix key/values the step from z^t reads (its block's start, or last refresh)"
+    b0 = t // self.steps_per_block * self.steps_per_block
+    r = self.cache_refresh
+    return b0 + (t - b0) // r * r if r else b0
 
 # %% ../nbs/04_policy.ipynb #3615b8b2
 def eval_settings(gen_length:int=256,  # L: completion length

@@ -117,7 +117,7 @@ def forward(self:_Sampler, t:int=1)->Tensor:
     spb, bl = self.cfg.steps_per_block, self.cfg.block_length
     self.lo = self.P + (t - 1) // spb * bl
     # z_b: the block's first state
-    if (t - 1) % spb == 0: self.pc = PrefixCache(self.model, self.ids, self.attn, self.lo)
+    if self.cfg.prefix_state(t - 1) == t - 1: self.pc = PrefixCache(self.model, self.ids, self.attn, self.lo)
     return self.pc.logits(self.ids, bl)
 
 # %% ../nbs/05_sampler.ipynb #jvt6pzma
@@ -209,10 +209,12 @@ def generate(model:'MDLM',                        # an MDLM adapter (mask_id, fo
              generator:torch.Generator|list|None=None, # on the model's device (None: random seed); a list: per block
              progress:bool=False,                 # show a progress bar over the steps
              stepmerge_segments:int|None=None,    # N: also record StepMerge old log-probs, N segments (no extra pass)
-             cache:str='none'                     # 'none' | 'prefix': the cached policy, each step over its block
+             cache:str='none',                    # 'none' | 'prefix': the cached policy, each step over its block
+             cache_refresh:int=0                  # cache='prefix': prefix re-recorded every this many steps (0: never)
             )->Rollout:
     "Sample completions by semi-autoregressive probabilistic remasking and record the exact trajectory"
-    cfg = GenSettings(gen_length, block_length, steps, temperature, remasking, pos_temperature, score, cache)
+    cfg = GenSettings(gen_length, block_length, steps, temperature, remasking, pos_temperature, score, cache,
+                      cache_refresh)
     if stepmerge_segments is not None and not (isinstance(stepmerge_segments, int)
                                                and 1 <= stepmerge_segments <= steps):
         raise ValueError(f"stepmerge_segments={stepmerge_segments!r} must be an integer between 1 and steps={steps}")
@@ -347,7 +349,7 @@ def enumerate_trajectories(model:'MDLM',           # an MDLM adapter
             return
         off, k = (t - 1) // s.steps_per_block * bl, s.k[t - 1]
         # the block's first state
-        if (t - 1) % s.steps_per_block == 0: zb = tuple(z)
+        if s.prefix_state(t - 1) == t - 1: zb = tuple(z)
         lg = logits(tuple(z), zb, off)
         E = [i for i in range(off, off + bl) if z[P + i] == mask]
         for U, toks, lp_new, row in _traj_steps(s, lg, E, k, off):

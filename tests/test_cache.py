@@ -276,3 +276,63 @@ def test_token_counts_agree_with_the_schedule():
     figs = cache_tokens(toy(), prompt_len=8, n_segments=3, k=2, gen_length=8, block_length=4, steps=4)
     assert [f.name for f in figs] == ['prefix cache: tokens per rollout', 'prefix cache: tokens per exact update', 'prefix cache: tokens per StepMerge update']
     assert figs[0].ratio == (2 * 16 + 4 * 4 + 8) / (4 * 16)      # n_b S + T block + the window of the segment spanning both blocks
+
+# ---------------------------------------------------------------- the prefix recorded again within a block (cache_refresh)
+REFRESH = dict(gen_length=8, block_length=4, steps=8, temperature=0.9, pos_temperature=0.5, cache='prefix')
+
+@pytest.mark.parametrize('kind', ['toy', 'llada', 'dream'])
+@pytest.mark.parametrize('refresh', [1, 3])
+def test_refresh_replay_and_first_update_ratio(kind, refresh):
+    "cache_refresh=r: the sampler, the exact replay and StepMerge read the same recorded prefixes; first ratios exactly 1"
+    m = build(kind)
+    ids, attn = prompts(m)
+    r = generate(m, ids, attn, generator=make_gen(0), stepmerge_segments=3, cache_refresh=refresh, **REFRESH)
+    assert r.settings.cache_refresh == refresh
+    e = exact_log_probs(m, r)
+    torch.testing.assert_close(e.token.detach(), r.logp_token, atol=1e-5, rtol=0)
+    torch.testing.assert_close(e.pos.detach(), r.logp_pos, atol=1e-5, rtol=0)
+    sm = stepmerge_log_probs(m, r, 3)                                # segments [0,2], [2,5] (both blocks), [5,8]
+    torch.testing.assert_close(sm.token.detach(), r.old_token, atol=1e-6, rtol=0)
+    torch.testing.assert_close(sm.pos.detach(), r.old_pos, atol=1e-6, rtol=0)
+    _, met = gspo_loss(sm.token, r.old_token, sm.pos, r.old_pos, sm.counted, torch.tensor([1., -1., 0.5]))
+    assert abs(met['ratio_token'] - 1) < 1e-6 and abs(met['ratio_pos'] - 1) < 1e-6
+    # the same rollout replayed as the once-a-block policy: another policy
+    import dataclasses
+    once = dataclasses.replace(r, settings=dataclasses.replace(r.settings, cache_refresh=0))
+    assert not torch.allclose(exact_log_probs(m, once).token.detach(), r.logp_token, atol=1e-4)
+
+@pytest.mark.parametrize('refresh', [1, 2])
+def test_oracle_matches_the_refreshed_sampler(refresh):
+    "The enumeration oracle with cache_refresh sums to 1, gives the sampler's log-probs and its frequencies"
+    # two layers: the prefix's second-layer key/values read the block, so a refresh changes them
+    m = MDLM(sharp_toy(0, 2., layers=2), Tok(mask_id=1, eos_ids=(0,), pad_id=0), 'toy')
+    prompt, n = torch.tensor([2, 0]), 40_000
+    # blocks of 3 positions in 3 steps: refresh 2 records again before the block's last step, refresh 1 before each
+    kw = dict(temperature=0.9, pos_temperature=0.5, remasking='plackett_luce', score='max_logit', gen_length=3,
+              block_length=3, steps=3, cache='prefix')
+    exact = enumerate_trajectories(m, prompt, cache_refresh=refresh, **kw)
+    assert abs(sum(lp.exp().item() for lp in exact.values()) - 1) < 1e-9
+    r = generate(m, prompt.expand(n, 2), generator=make_gen(11), cache_refresh=refresh, **kw)
+    keys = rollout_keys(r)
+    assert set(keys) <= set(exact)
+    torch.testing.assert_close(r.logp.double(), torch.stack([exact[k] for k in keys]), atol=3e-5, rtol=0)
+    counts, ks = Counter(keys), list(exact)
+    assert chisquare_pooled([counts[k] for k in ks], [exact[k].exp().item() for k in ks], n) > 1e-3 / 2
+    once = enumerate_trajectories(m, prompt, **kw)
+    assert max(abs(once[k].exp().item() - exact[k].exp().item()) for k in ks) > 1e-3              # another policy
+
+def test_the_stored_price_is_what_the_script_prints():
+    "nbs/explanations/results/cache_refresh.json (the cache page's table): one setting measured again gives its figures"
+    import json, sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root/'scripts'))
+    import cache_refresh
+    rows = json.loads((root/'nbs'/'explanations'/'results'/'cache_refresh.json').read_text())
+    want = next(r for r in rows if (r['task'], r['block'], r['cache'], r['refresh']) == ('order', 8, 'prefix', 2))
+    got = cache_refresh.cell('order', 8, 'prefix', 2)
+    assert {k: got[k] for k in ('accuracy', 'per_seed', 'solved', 'tokens_per_completion')} == \
+           {k: want[k] for k in ('accuracy', 'per_seed', 'solved', 'tokens_per_completion')}
+    once, every = (next(r for r in rows if (r['task'], r['block'], r['cache'], r['refresh']) == ('order', 8, c, k))
+                   for c, k in (('prefix', 0), ('none', 0)))
+    assert once['tokens_per_completion'] < want['tokens_per_completion'] < every['tokens_per_completion'] + 1
