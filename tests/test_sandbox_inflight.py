@@ -116,3 +116,20 @@ def test_the_filter_page_lists_every_denied_call():
     assert rows and all(len(n.split()) == len(a.split()) == len(b.split()) for n, a, b in rows)
     assert sorted(int(x) for _, a, _ in rows for x in a.split()) == sorted(_sbx_syscalls('x86_64')[3])
     assert sorted(int(x) for _, _, b in rows for x in b.split() if x != '—') == sorted(_sbx_syscalls('aarch64')[3])
+
+def test_a_refused_unshare_is_tried_again():
+    "A refusal the kernel may not repeat (memory, namespaces still being freed) costs a retry, not the run's namespaces"
+    from mapg.sandbox.jail import _sbx_unshare
+    class Libc:
+        def __init__(self, fails): self.fails, self.calls = fails, []
+        def unshare(self, flags):
+            self.calls.append(flags)
+            return -1 if len(self.calls) <= self.fails else 0
+    libc, iso = Libc(2), dict(netns=False, pidns=False, ipcns=False, mountns=False)
+    job = dict(namespaces=True)
+    if os.geteuid() != 0: pytest.skip('the retry of the root path is what this checks')
+    import unittest.mock as um
+    with um.patch('builtins.open', um.mock_open(read_data='header\nheader\nlo\n')):   # the new namespace's /proc files
+        _sbx_unshare(job, libc, iso)
+    assert len(libc.calls) == 3 and len(set(libc.calls)) == 1                      # the same request, twice refused
+    assert iso['mountns'] and iso['pidns'] and iso['ipcns'] and 'unshare_errno' in iso

@@ -112,6 +112,7 @@ def _check_isolation(iso:dict, cfg:SandboxCfg):
     for k, what in _FEATURES.items():
         if not iso.get(k):
             extra = f" ({iso['root_error']})" if k == 'minimal_root' and iso.get('root_error') else ''
+            if k.endswith('ns') and iso.get('unshare_errno'): extra = f" (unshare: errno {iso['unshare_errno']})"
             _warn_once(k, f"mapg.sandbox: running without {what}{extra}: "
                           "the kernel or the container does not allow it")
 

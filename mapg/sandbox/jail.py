@@ -12,16 +12,22 @@ __all__ = []
 # %% ../../nbs/08c_sandbox_jail.ipynb #f82821fd
 def _sbx_unshare(job, libc, iso):
     "Child side: new mount, network, IPC and PID namespaces (in a user namespace when not root), each where allowed"
-    import os
+    import os, ctypes, time
     NEWNS, NEWNET, NEWIPC, NEWPID, NEWUSER = 0x20000, 0x40000000, 0x8000000, 0x20000000, 0x10000000
     want = dict(mountns=NEWNS, netns=NEWNET, ipcns=NEWIPC, pidns=NEWPID)
+    def ok(flags, n=4):
+        # a refusal the kernel may not repeat (memory, namespaces still being freed): tried again; its errno is kept
+        for i in range(n):
+            if libc.unshare(flags) == 0: return True
+            iso['unshare_errno'] = ctypes.get_errno()
+            if i < n - 1: time.sleep(0.02 * (i + 1))
+        return False
     if os.geteuid() == 0:
-        if libc.unshare(sum(want.values())) == 0: got = set(want)
-        else: got = {k for k, f in want.items() if libc.unshare(f) == 0}
+        if ok(sum(want.values())): got = set(want)
+        else: got = {k for k, f in want.items() if ok(f, 1)}
     else:
         uid, gid = os.getuid(), os.getgid()
-        got = set(want) if libc.unshare(NEWUSER | sum(want.values())) == 0 else \
-              {'mountns'} if libc.unshare(NEWUSER | NEWNS) == 0 else set()
+        got = set(want) if ok(NEWUSER | sum(want.values())) else {'mountns'} if ok(NEWUSER | NEWNS, 1) else set()
         # map our own ids to themselves inside the new user namespace (we keep its capabilities)
         if got:
             for f, s in (('setgroups', 'deny'), ('uid_map', f'{uid} {uid} 1'), ('gid_map', f'{gid} {gid} 1')):
