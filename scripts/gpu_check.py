@@ -18,7 +18,7 @@ one table and writes it as `gpu_check.json` in `--out`. On a GPU every stage run
 timeout, so a stage that fails or hangs leaves a row saying so and the others still run.
 The machine needs the wheels and remote code of `scripts/gpu_env.py` (its docstring has the line that installs them).
 """
-import argparse, json, os, runpy, subprocess, sys, time
+import argparse, json, os, subprocess, sys, time
 from pathlib import Path
 import torch
 
@@ -55,11 +55,12 @@ def train_args(kind:str, ckpt:Path, out:Path, precision:str, cache:str, steps:in
             '--save_steps', '0', '--eval_size', '0', '--no_report', '--no_progress', *(TINY_ARGS if tiny else [])]
 
 def train_run(kind:str, ckpt:Path, out:Path, precision:str, cache:str, steps:int=2, tiny:bool=False)->dict:
-    "One run of `scripts/train.py` (in this process): its timings, peak memory and first-update ratios"
+    "One run of the trainer (what `scripts/train.py` calls, in this process): timings, peak memory, first-update ratios"
     ckpt, out = Path(ckpt), Path(out)
-    train_py = runpy.run_path(str(ROOT/'scripts'/'train.py'), run_name='gpu_check')
+    from mapg.config import parse_cfg
+    from mapg.train import train
     t0 = time.perf_counter()
-    s = train_py['train'](*train_py['parse_cfg'](train_args(kind, ckpt, out, precision, cache, steps, tiny)))
+    s = train(*parse_cfg(train_args(kind, ckpt, out, precision, cache, steps, tiny)))
     wall = time.perf_counter() - t0
     rows = [json.loads(l) for l in (out/'metrics.jsonl').read_text().splitlines()]
     cfg = recipe(kind)

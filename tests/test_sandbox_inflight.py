@@ -6,6 +6,7 @@ the sandbox and reports what the kernel answered; a control beside each shows or
 import os
 import pytest
 from mapg.sandbox import SandboxCfg, judge_program
+from test_sandbox_resources import FRAME
 
 ISO = judge_program('def f(): return 1', ['assert f() == 1']).isolation
 needs_seccomp = pytest.mark.skipif(not ISO.get('seccomp'), reason="the kernel gave no seccomp filter")
@@ -84,25 +85,13 @@ def test_aio_sync_and_membarrier_are_denied():
     res = judge_program(PROBES.format(nr=NR), tests, cfg=CFG)
     assert res.passed == [True] * len(tests), res.judge_output
 
-FRAME = '''
-import os, stat
-def f():
-    n = {n}
-    text = ('t3;i1;s1:Rl%d;' % n + 'h1;' * n).encode()     # one answer to call 1: a list of n handles
-    frame = len(text).to_bytes(4, 'big') + text
-    for fd in range(3, 1 << 14):                           # the pipes keep the host's numbers, which a busy host pushes high
-        try:
-            if stat.S_ISFIFO(os.fstat(fd).st_mode): os.write(fd, frame)
-        except OSError: pass
-    os._exit(0)
-'''
 
 def test_handles_count_against_the_runs_memory():
     "3 MB of handles would build a million objects (about 70 MB) in the judge: past the run's 64 MiB, refused"
     cfg = SandboxCfg(timeout=30, memory=64 << 20, max_value=4 << 20)
-    ok = judge_program(FRAME.format(n=1000), ["assert len(f()) == 1000"], cfg=cfg)
+    ok = judge_program(FRAME.format(n=1000, item='h1;'), ["assert len(f()) == 1000"], cfg=cfg)
     assert ok.passed == [True], (ok.status, ok.judge_output)                                   # the path works
-    res = judge_program(FRAME.format(n=1_000_000), ["assert len(f()) == 1_000_000"], cfg=cfg)
+    res = judge_program(FRAME.format(n=1_000_000, item='h1;'), ["assert len(f()) == 1_000_000"], cfg=cfg)
     assert res.passed == [False] and res.status == 'ok', res.judge_output
 
 def test_the_filter_page_lists_every_denied_call():

@@ -88,7 +88,7 @@ FRAME = '''
 import os, stat
 def f():
     n = {n}
-    text = ('t3;i1;s1:Rl%d;' % n + 'S0;' * n).encode()     # one answer to call 1: a list of n empty sets
+    text = ('t3;i1;s1:Rl%d;' % n + '{item}' * n).encode()  # one answer to call 1: a list of n items (empty sets, handles)
     frame = len(text).to_bytes(4, 'big') + text
     for fd in range(3, 1 << 14):                           # the pipes keep the host's numbers, which a busy host pushes high
         try:
@@ -102,9 +102,9 @@ def test_an_answer_decodes_within_the_runs_memory():
     cfg = SandboxCfg(timeout=30, memory=64 << 20)      # a CPU shared with other tests: time is not what is tested here
     busy = [os.pipe() for _ in range(60)]              # a long-lived test process holds many files: the run's pipes get numbers past 100
     try:
-        ok = judge_program(FRAME.format(n=1000), ["assert len(f()) == 1000"], cfg=cfg)
+        ok = judge_program(FRAME.format(n=1000, item='S0;'), ["assert len(f()) == 1000"], cfg=cfg)
         assert ok.passed == [True], (ok.status, ok.judge_output)                                   # the path works
-        res = judge_program(FRAME.format(n=800_000), ["assert len(f()) == 800_000"], cfg=cfg)
+        res = judge_program(FRAME.format(n=800_000, item='S0;'), ["assert len(f()) == 800_000"], cfg=cfg)
     finally:
         for a, b in busy: os.close(a); os.close(b)
     assert res.passed == [False] and res.status == 'ok', res.judge_output
