@@ -9,7 +9,7 @@ from pathlib import Path
 from .paper import TASK_NAMES, PUBLISHED, PaperTable
 
 # %% auto #0
-__all__ = ['SAMPLED_KEYS', 'summarize', 'Results', 'markdown_tables', 'results_figure', 'write_results']
+__all__ = ['SAMPLED_KEYS', 'DECODERS', 'summarize', 'Results', 'markdown_tables', 'results_figure', 'write_results']
 
 # %% ../nbs/13b_eval_results.ipynb #716df31d
 def summarize(items:list)->dict:
@@ -33,8 +33,11 @@ def summarize(items:list)->dict:
     return out
 
 # %% ../nbs/13b_eval_results.ipynb #dc4f4d9f
-# the order task's sampled figures, in the order the trainer prints them
+# the toys' figures beyond greedy, in the order the trainer prints them (good_order: the order task only)
 SAMPLED_KEYS = ('accuracy', 'solved', 'good_order')
+# (a cell's key, its label in the chart, what it holds): the decoders the trainer scores a toy with besides greedy
+DECODERS = (('sampled', 'sampled', "sampled with the rollout settings (the policy RL trains)"),
+            ('pl', 'PL decoder', "low-temperature decoder (argmax tokens, Plackett-Luce positions at tau_pos 0.1)"))
 
 # %% ../nbs/13b_eval_results.ipynb #f7033f8b
 def _fmt_score(v): return '-' if v is None else f"{v:.1f}"
@@ -85,8 +88,9 @@ _PROTOCOL_TEXT = dict(
          "not how the published rows were read)",
     trainer="the trainer's: the run's held-out prompts in its prompt format, greedy positions by max_logprob with "
             "T = L/2 at its gen_length and block_length, scored by the training reward (what `train` prints before "
-            "and after RL; no published row reads these prompts); the order task also sampled with the run's rollout "
-            "settings, with the share decoded in the good order, as `train` prints it")
+            "and after RL; no published row reads these prompts); a toy also sampled with the run's rollout settings "
+            "and decoded by the low-temperature decoder (the order task with the share decoded in the good order), "
+            "as `train` prints it")
 
 # %% ../nbs/13b_eval_results.ipynb #98ecc82d
 def _ours(res:dict, r:dict)->str:
@@ -94,9 +98,19 @@ def _ours(res:dict, r:dict)->str:
     return f"mapg, {res.get('protocol', 'mapg')} protocol: {r['label']}" + model
 
 # %% ../nbs/13b_eval_results.ipynb #b2c6e9aa
-def _sampled(res:dict)->list:
-    "(row, cell) of every cell with the trainer's sampled figures (the order task), row by row"
-    return [(r, c) for r in res['rows'] for c in r['cells'].values() if c.get('sampled')]
+def _decoded(res:dict, name:str='sampled')->list:
+    "(row, cell) of every cell with the trainer's figures under decoder `name` of `DECODERS` (a toy), row by row"
+    return [(r, c) for r in res['rows'] for c in r['cells'].values() if c.get(name)]
+
+def _keys(c:dict, name:str)->list: return [k for k in SAMPLED_KEYS if k in c[name]]
+
+def _decoded_columns(res:dict, keys:list)->list:
+    "(decoder, (task, L, block), metric) of every figure of a toy's other decoders, in the chart's order"
+    out = []
+    for n, *_ in DECODERS:
+        cells = {(c['task'], c['L'], c['block']): c for _, c in _decoded(res, n)}
+        out += [(n, k, m) for k in sorted(cells, key=keys.index) for m in _keys(cells[k], n)]
+    return out
 
 # %% ../nbs/13b_eval_results.ipynb #ecd1a6db
 def _table(head:list, published:list, ours:list)->list:
@@ -188,29 +202,31 @@ def _sudoku_lines(res:dict)->list:
     return lines + [""]
 
 # %% ../nbs/13b_eval_results.ipynb #c452d301
-def _sampled_lines(res:dict, samp:list)->list:
-    "The order task's sampled figures, in %"
-    if not samp: return []
-    return ["## Sampled with the run's rollout settings (the policy RL trains), in %", "",
-            "| Model | " + " | ".join(k.replace('_', ' ') for k in SAMPLED_KEYS) + " |",
-            "|---|" + "---:|" * len(SAMPLED_KEYS),
-            *(f"| {_ours(res, r)} | " + " | ".join(_fmt_score(100 * c['sampled'][k]) for k in SAMPLED_KEYS) + " |"
-              for r, c in samp),
-            ""]
+def _sampled_lines(res:dict)->list:
+    "A toy's figures under each of `DECODERS`, in %"
+    lines = []
+    for name, _, what in DECODERS:
+        if not (got := _decoded(res, name)): continue
+        keys = _keys(got[0][1], name)
+        lines += [f"## {what[0].upper() + what[1:]}, in %", "",
+                  "| Model | " + " | ".join(k.replace('_', ' ') for k in keys) + " |", "|---|" + "---:|" * len(keys),
+                  *(f"| {_ours(res, r)} | " + " | ".join(_fmt_score(100 * c[name][k]) for k in keys) + " |"
+                    for r, c in got), ""]
+    return lines
 
 # %% ../nbs/13b_eval_results.ipynb #7b4f7a8d
-def _trainer_lines(res:dict, samp:list)->list:
+def _trainer_lines(res:dict)->list:
     "The trainer protocol's figures as `train` prints them (fractions)"
     lines = ["## As the trainer prints it", "",
              "Means over the held-out prompts, as fractions (the run's \"before RL\" and \"after RL\" lines):",
              "", "```"]
     lines += [f"{r['label']}: " + ', '.join(f"{k} {v:.3f}" for k, v in c['trainer'].items())
               for r in res['rows'] for c in r['cells'].values() if c.get('trainer')]
-    if samp:
-        n = res['settings']['limit']
-        lines += [f"sampled with the rollout settings (the policy RL trains), {n} held-out prompts:"]
-        lines += [f"  {r['label']}: " + ', '.join(f"{k.replace('_', ' ')} {c['sampled'][k]:.3f}" for k in SAMPLED_KEYS)
-                  for r, c in samp]
+    for name, _, what in DECODERS:
+        if not (got := _decoded(res, name)): continue
+        lines += [f"{what}, {res['settings']['limit']} held-out prompts:"]
+        lines += [f"  {r['label']}: " + ', '.join(f"{k.replace('_', ' ')} {c[name][k]:.3f}" for k in _keys(c, name))
+                  for r, c in got]
     return lines + ["```", ""]
 
 # %% ../nbs/13b_eval_results.ipynb #530f9aa8
@@ -222,10 +238,9 @@ class Results(dict):
 def markdown_tables(res:dict)->str:
     "The results as markdown tables laid out like the paper's, the published rows of the model's family above ours"
     evaluated = {(c['task'], c['L'], c['block']) for r in res['rows'] for c in r['cells'].values() if c.get('n')}
-    samp = _sampled(res)
     lines = _intro_lines(res) + _paper_lines(res, evaluated) + _reading_lines(res, evaluated)
-    lines += _sudoku_lines(res) + _sampled_lines(res, samp)
-    if res.get('protocol', 'mapg') == 'trainer': lines += _trainer_lines(res, samp)
+    lines += _sudoku_lines(res) + _sampled_lines(res)
+    if res.get('protocol', 'mapg') == 'trainer': lines += _trainer_lines(res)
     if any(r['kind'] == 'best' for r in res['rows']):
         lines += ["The *best* row takes, for each cell, the checkpoint with the highest accuracy **on the test set "
                   "itself** (as the peers' tables do): it is an optimistic number. "
@@ -248,16 +263,16 @@ def results_figure(res:dict):
             if any(y is not None for y in ys):
                 shown = any(d.name == n for d in fig.data)
                 fig.add_bar(name=n, x=x, y=ys, legendgroup=n, showlegend=not shown, opacity=.45)
-    # the order task: sampled figures too
-    samp = sorted({(c['task'], c['L'], c['block']) for _, c in _sampled(res)}, key=keys.index)
-    x += [f"{TASK_NAMES[t]} {L}" + (f" b{b}" if b != 32 else '') + f", sampled: {m.replace('_', ' ')}"
-          for t, L, b in samp for m in SAMPLED_KEYS]
-    def sampled(r, t, L, b, m):
+    # a toy: the figures of the other decoders too
+    extra, label = _decoded_columns(res, keys), {n: l for n, l, _ in DECODERS}
+    x += [f"{TASK_NAMES[t]} {L}" + (f" b{b}" if b != 32 else '') + f", {label[n]}: {m.replace('_', ' ')}"
+          for n, (t, L, b), m in extra]
+    def decoded(r, n, t, L, b, m):
         c = r['cells'].get(f"{t}_L{L}_b{b}", {})
-        return 100 * r['cells'][f"{t}_L{L}_b{b}"]['sampled'][m] if c.get('sampled') else None
+        return 100 * c[n][m] if c.get(n) else None
     # the base model's row (the run's start) first, then each checkpoint
     for r in res['rows']:
-        ys = [_row_value(r, k) for k in keys] + [sampled(r, *k, m) for k in samp for m in SAMPLED_KEYS]
+        ys = [_row_value(r, k) for k in keys] + [decoded(r, n, *k, m) for n, k, m in extra]
         fig.add_bar(name=_ours(res, r), x=x, y=ys)
     proto = res.get('protocol', 'mapg')
     pub = '' if proto == 'trainer' else ", with the paper's published rows"

@@ -15,10 +15,11 @@ from .data import load_data, columns, DATASETS
 from .rewards import score_batch, task_metrics
 from .sampler import generate
 from .faults import ConfigError, compute_begins
-from .scoring import prompt_batch, completions_text, score_completions, eval_records, sampled_eval
+from .config import TOY_TASKS
+from .scoring import prompt_batch, completions_text, score_completions, eval_records, sampled_eval, pl_decoder
 from .paper import PUBLISHED
 from .eval_protocol import PAPER_TASKS, EOS_MARKERS, paper_records, paper_score, parse_answer
-from .eval_results import summarize, Results, markdown_tables, write_results
+from .eval_results import DECODERS, summarize, Results, markdown_tables, write_results
 from .eval_args import (EvalArgs, Cell, parse_eval_args, checkpoint_weights, eval_checkpoints, resolve, run_cfgs,
                             shown_name, model_kind, base_model)
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ def eval_trainer_cell(model:'MDLM',       # an MDLM with its tokenizer
                       cell:Cell,          # the run's gen_length and block_length, T = L/2, greedy
                       item_dir:Path,      # directory of this row's item files
                       rank:int=0, world:int=1): # this process and the number of processes
-    "`greedy_eval` on this process's share of `records`, writing items and the trainer's sums (order: `sampled_eval`)"
+    "`greedy_eval` on this process's share of `records`, writing items and the trainer's sums (a toy: `sampled_eval`)"
     a, s, tok = cell.args, cell.settings, model.tokenizer
     mine, n_pos, sums, items = list(range(len(records)))[rank::world], model.max_positions, {}, []
     for b in range(0, len(mine), a.batch_size):
@@ -220,10 +221,12 @@ def eval_trainer_cell(model:'MDLM',       # an MDLM with its tokenizer
     lines = ''.join(json.dumps(it, ensure_ascii=False) + '\n' for it in items)
     (item_dir/f"{cell.name}.rank{rank}.jsonl").write_text(lines, encoding='utf-8')
     (item_dir/f"{cell.name}.rank{rank}.sums.json").write_text(json.dumps(dict(sums=sums, n=len(mine))))
-    # as the trainer: every prompt, one generator, the run's rollout settings, on one process
-    if task == 'order' and rank == 0:
-        _, roll = run_cfgs(a.run_config)
-        (item_dir/f"{cell.name}.sampled.json").write_text(json.dumps(sampled_eval(model, records, task, roll)))
+    # a toy, as the trainer: every prompt, one generator, sampled and by the low-temperature decoder, on one process
+    run, roll = run_cfgs(a.run_config)
+    if run.dataset in TOY_TASKS and rank == 0:
+        for name, how in (('sampled', None), ('pl', pl_decoder(roll))):
+            got = sampled_eval(model, records, task, roll, settings=how)
+            (item_dir/f"{cell.name}.{name}.json").write_text(json.dumps(got))
 
 # %% ../nbs/13d_evaluate.ipynb #da3bfce6
 def trainer_figures(files:Iterable[str|Path])->dict:
@@ -326,7 +329,8 @@ def _row_cells(args:EvalArgs, item_dir:Path)->dict:
         cells[c.name] = dict(task=c.task, L=c.L, block=c.block, steps=c.T, **summarize(list(items.values())))
         if args.protocol == 'trainer':
             cells[c.name]['trainer'] = trainer_figures(sorted(item_dir.glob(f"{c.name}.rank*.sums.json")))
-        if (f := item_dir/f"{c.name}.sampled.json").exists(): cells[c.name]['sampled'] = json.loads(f.read_text())
+        for name, *_ in DECODERS:
+            if (f := item_dir/f"{c.name}.{name}.json").exists(): cells[c.name][name] = json.loads(f.read_text())
     return cells
 
 # %% ../nbs/13d_evaluate.ipynb #9eeeb136

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from .sampler import Rollout
+from .eval_results import DECODERS
 
 # %% auto #0
 __all__ = ['PANELS', 'COLORS', 'read_metrics', 'merge_equal', 'metrics_figure', 'puzzles_of', 'given_mask', 'prompt_groups',
@@ -262,7 +263,7 @@ def _order_parts(before:Rollout, after:Rollout, puz:list, prompts:int, emb)->lis
 def write_report(out:str|Path,          # the run's output directory (reads `metrics.jsonl` and `config.json`)
                  before:Rollout,        # a rollout batch sampled before RL
                  after:Rollout,         # the same prompts sampled after RL
-                 summary:dict,          # run summary: `before`/`after` greedy evaluations (order task: sampled too)
+                 summary:dict,          # run summary: `before`/`after` greedy evaluations (a toy: other decoders too)
                  cfg:dict|None=None,    # the configuration (default: `out/config.json`)
                  records:list|None=None,# the rows' records (Sudoku: with `puzzle`), in row order
                  tokenizer:object=None, # decodes the prompts to find the puzzles when `records` are not given
@@ -282,9 +283,10 @@ def write_report(out:str|Path,          # the run's output directory (reads `met
     if summary.get('after'):
         parts.append("<h2>Greedy evaluation on held-out prompts</h2>"
                      + eval_table(summary.get('before', {}), summary['after']))
-    if summary.get('sampled_after'):
-        parts.append("<h2>Sampled with the rollout settings (the policy RL trains)</h2>"
-                     + eval_table(summary.get('sampled_before', {}), summary['sampled_after']))
+    for name, _, what in DECODERS:
+        if summary.get(f'{name}_after'):
+            parts.append(f"<h2>{html.escape(what[0].upper() + what[1:])}</h2>"
+                         + eval_table(summary.get(f'{name}_before', {}), summary[f'{name}_after']))
     if cfg: parts.append("<details><summary><b>Configuration</b></summary>" + config_table(cfg) + "</details>")
     if rows: parts += ["<h2>Training curves</h2>", emb(metrics_figure(rows))]
     parts += _order_parts(before, after, puzzles_of(before, tokenizer, records), prompts, emb)

@@ -4,12 +4,12 @@
 
 # %% ../nbs/12b_scoring.ipynb #2qo8mnq1
 from __future__ import annotations
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Callable
 import torch
 from transformers import PreTrainedTokenizerBase
 from .core import make_gen, left_pad
-from .policy import eval_settings
+from .policy import GenSettings, eval_settings
 from .models import MDLM
 from .sampler import generate, Rollout
 from .likelihood import counted_mask
@@ -19,8 +19,8 @@ from .config import RunCfg, RolloutCfg
 from .toy import toy_sudoku, toy_order
 
 # %% auto #0
-__all__ = ['prompt_batch', 'completions_text', 'score_completions', 'train_records', 'eval_records', 'next_prompts',
-           'greedy_eval', 'sampled_eval']
+__all__ = ['PL_DECODER_TAU', 'prompt_batch', 'completions_text', 'score_completions', 'train_records', 'eval_records',
+           'next_prompts', 'greedy_eval', 'sampled_eval', 'pl_decoder']
 
 # %% ../nbs/12b_scoring.ipynb #a18e79df
 def prompt_batch(records:list, tok:PreTrainedTokenizerBase, pad_to:int|None=None,
@@ -122,10 +122,22 @@ def _sampled_values(task:str, r:Rollout, rew:torch.Tensor, mets:dict)->dict:
     return vals
 
 # %% ../nbs/12b_scoring.ipynb #smpev0fn
-def sampled_eval(m:MDLM, records:list, task:str, roll:RolloutCfg, batch:int=64, seed:int=10_007)->dict:
+def sampled_eval(m:MDLM, records:list, task:str, roll:RolloutCfg, batch:int=64, seed:int=10_007,
+                 settings:GenSettings|None=None # how to decode (None: the rollout settings, `roll.settings()`)
+                )->dict:
     "Mean reward, metrics and surprise (-log pi) of each decision of completions sampled with the rollout settings"
-    g, sums = make_gen(seed, m.device), {}
+    g, sums, s = make_gen(seed, m.device), {}, settings or roll.settings()
     for a in range(0, len(records), batch):
-        r, rew, mets = _sample_and_score(m, records[a:a + batch], task, roll, roll.settings(), g)
+        r, rew, mets = _sample_and_score(m, records[a:a + batch], task, roll, s, g)
         for k, v in _sampled_values(task, r, rew, mets).items(): sums[k] = sums.get(k, 0.) + float(v.float().sum())
     return {k: v / len(records) for k, v in sums.items()}
+
+# %% ../nbs/12b_scoring.ipynb #bebada78
+# the low-temperature decoder's tau_pos (chosen by the sweep on the order experiment's page)
+PL_DECODER_TAU = 0.1
+
+def pl_decoder(roll:RolloutCfg,                    # the run's rollout settings (its score, lengths, steps, cache)
+               pos_temperature:float=PL_DECODER_TAU # tau_pos of the position draws
+              )->GenSettings:
+    "The low-temperature Plackett–Luce decoder: argmax tokens, Plackett–Luce positions over the run's score"
+    return replace(roll.settings(), temperature=0., remasking='plackett_luce', pos_temperature=pos_temperature)

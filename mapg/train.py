@@ -19,8 +19,8 @@ from .sampler import generate, Rollout
 from .likelihood import sample_segments
 from .faults import RunLock, Preemption, StepGuard, prune
 from .report import write_report
-from .config import RunCfg, RolloutCfg, UpdateCfg, validate, check_data, resolved_config, check_output_dir
-from .scoring import train_records, eval_records, next_prompts, greedy_eval, sampled_eval
+from .config import RunCfg, RolloutCfg, UpdateCfg, TOY_TASKS, validate, check_data, resolved_config, check_output_dir
+from .scoring import train_records, eval_records, next_prompts, greedy_eval, sampled_eval, pl_decoder
 from .stages import rollout_stage, cycle_rollouts, update_stage
 from .engine import make_accelerator, check_same_params, engine_forward, _adamw_with_warmup, _adam_steps, _any_process
 from .checkpoints import (save_checkpoint, load_checkpoint, checkpoint_to_resume, load_policy, resume_command,
@@ -404,10 +404,11 @@ def exit_preempted(self:TrainingRun):
 # %% ../nbs/12f_train.ipynb #03k9eo7x
 @patch
 def _sampled_evals(self:TrainingRun):
-    "The order task: the sampled policy (the one RL trains) scored before and after RL, into the summary"
-    start = load_policy(self.run, self.roll, self.m.device)
-    self.summary.update(sampled_before=sampled_eval(start, self.held, self.run.task, self.roll),
-                        sampled_after=sampled_eval(self.m, self.held, self.run.task, self.roll))
+    "A toy: the sampled policy (the one RL trains) and the low-temperature decoder before and after RL, in the summary"
+    start, s, pl = load_policy(self.run, self.roll, self.m.device), self.summary, pl_decoder(self.roll)
+    for when, m in (('before', start), ('after', self.m)):
+        s[f'sampled_{when}'] = sampled_eval(m, self.held, self.run.task, self.roll)
+        s[f'pl_{when}'] = sampled_eval(m, self.held, self.run.task, self.roll, settings=pl)
 
 # %% ../nbs/12f_train.ipynb #gwt9y4ef
 @patch
@@ -430,8 +431,8 @@ def finish(self:TrainingRun)->dict:
     if held:
         s['after'] = self.greedy()
         if main: print(f"after RL:  {_metrics_line(s['after'])}")
-    # the order task: the sampled policy (the one RL trains) before and after
-    if main and held and run.task == 'order': self._sampled_evals()
+    # a toy: the sampled policy (the one RL trains) and the low-temperature decoder, before and after
+    if main and held and run.dataset in TOY_TASKS: self._sampled_evals()
     if main and run.report and self.first is not None: self.write_html_report()
     if main: (self.out/'summary.json').write_text(json.dumps(s, indent=1))
     if run.report_to != 'none': self.acc.end_training()

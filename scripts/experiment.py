@@ -28,8 +28,13 @@ RESULTS = ROOT/'nbs'/'explanations'/'results'
 
 NOCLIP = '1e9'                                        # max_grad_norm that never clips
 SUITES = {
-    # the toy default: T=8 steps for 16 cells (two cells per step)
-    'sudoku': dict(base=[], arms={
+    # the toy default: 20 steps of 256 completions, T=8 steps for 16 cells (two cells per step)
+    'default': dict(base=[], arms={
+        'token_only':   ['--pos_weight', '0'],
+        'mask_aware_1': ['--pos_weight', '1'],
+    }),
+    # the toy default until 2026-11-28, 64 completions per step (its arms, controls and variants below)
+    'sudoku': dict(base=['--per_device_batch', '64'], arms={
         'token_only':          ['--pos_weight', '0'],
         'mask_aware_1':        ['--pos_weight', '1'],
         'mask_aware_1_noclip': ['--pos_weight', '1', '--max_grad_norm', NOCLIP],
@@ -38,7 +43,7 @@ SUITES = {
         'token_only_noclip':   ['--pos_weight', '0', '--max_grad_norm', NOCLIP],
     }),
     # four cells per step: where the paper says the order should matter more
-    'sudoku_4cells': dict(base=['--steps', '4', '--n_segments', '4', '--segments_per_update', '2'], arms={
+    'sudoku_4cells': dict(base=['--per_device_batch', '64', '--steps', '4', '--n_segments', '4', '--segments_per_update', '2'], arms={
         'token_only':   ['--pos_weight', '0'],
         'mask_aware_1': ['--pos_weight', '1'],
     }),
@@ -49,7 +54,7 @@ SUITES = {
     }),
 }
 # the toy default with three times the RL steps
-SUITES['sudoku_long'] = dict(base=['--max_steps', '60'], arms={k: SUITES['sudoku']['arms'][k] for k in ('token_only', 'mask_aware_1')})
+SUITES['sudoku_long'] = dict(base=['--per_device_batch', '64', '--max_steps', '60'], arms={k: SUITES['sudoku']['arms'][k] for k in ('token_only', 'mask_aware_1')})
 # the order task with three times the RL steps: does token-only catch up?
 SUITES['order_long'] = dict(base=SUITES['order']['base'] + ['--max_steps', '60'], arms=dict(SUITES['order']['arms']))
 CURVE_KEYS = ('reward', 'accuracy', 'solved', 'pos_entropy', 'tok_entropy', 'ratio_token', 'ratio_pos', 'clip_frac_token',
@@ -82,10 +87,12 @@ def one_run(suite:str, arm:str, seed:int, a)->dict:
     held = eval_records(replace(run, eval_size=a.eval_size), m.tokenizer)   # the held-out set, scored here once after RL
     greedy = greedy_eval(m, held, run.task, roll)
     after_s = sample_metrics(m, held, roll, suite)
+    after_pl = decoder_metrics(m, held, roll, suite)
+    scores = first_step_scores(m, held, roll) if suite.startswith('order') else None
     rows = [json.loads(l) for l in (out/'metrics.jsonl').read_text().splitlines() if l.strip()]
     curves = {k: [round(r_[k], 5) for r_ in rows] for k in CURVE_KEYS if k in rows[0]}
     res = dict(suite=suite, arm=arm, seed=seed, args=args[args.index('--seed'):], wall_s=round(wall, 1),
-               eval_size=len(held), greedy_after=greedy, sampled_after=after_s, curves=curves,
+               eval_size=len(held), greedy_after=greedy, sampled_after=after_s, pl_after=after_pl, first_step=scores, curves=curves,
                mapg=str(Path(mapg.__file__).parent))
     return res
 
@@ -93,6 +100,32 @@ def sample_metrics(m, held, roll, suite:str)->dict:
     "Sampled held-out metrics (`mapg.scoring.sampled_eval`); for the order task also the share decoded in the good order"
     from mapg.scoring import sampled_eval
     return {k: round(v, 5) for k, v in sampled_eval(m, held, 'order' if suite.startswith('order') else 'sudoku', roll).items()}
+
+PL_TAUS = (0.03, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5)                     # the low-temperature decoder's sweep
+
+def decoder_metrics(m, held, roll, suite:str)->dict:
+    "{tau_pos: held-out metrics of the low-temperature decoder (`mapg.scoring.pl_decoder`)} for each of `PL_TAUS`"
+    from mapg.scoring import sampled_eval, pl_decoder
+    task = 'order' if suite.startswith('order') else 'sudoku'
+    return {str(t): {k: round(v, 5) for k, v in sampled_eval(m, held, task, roll, settings=pl_decoder(roll, t)).items()}
+            for t in PL_TAUS}
+
+def first_step_scores(m, held, roll)->dict:
+    """The order task's first step on the blank canvas (the run's score, `mapg.policy.unmask_scores`): mean over the
+    prompts of the two copies' scores (the higher and the lower) and of the best free cell's, and the share of prompts
+    whose best free cell outscores the lower copy (where greedy would keep a free cell first)"""
+    import torch
+    from mapg.scoring import prompt_batch
+    from mapg.policy import unmask_scores
+    ids, attn = prompt_batch(held, m.tokenizer, max_len=roll.max_prompt_len)
+    L, B = roll.gen_length, len(held)
+    canvas = torch.cat([ids, torch.full((B, L), m.tok.mask_id, dtype=ids.dtype)], 1)
+    with torch.no_grad():
+        v = unmask_scores(m.logits(canvas, torch.cat([attn, attn.new_ones(B, L)], 1))[:, -L:], roll.score)
+    copies = v[:, :2].sort(1, descending=True).values
+    free = v[:, 2:].amax(1)
+    return dict(copy_high=copies[:, 0].mean().item(), copy_low=copies[:, 1].mean().item(), best_free=free.mean().item(),
+                free_above_copy=(free > copies[:, 1]).float().mean().item())
 
 def before_metrics(suite:str, a)->dict:
     "Sampled held-out metrics of the pretrained start (the same for every arm and seed of a suite)"
@@ -105,7 +138,8 @@ def before_metrics(suite:str, a)->dict:
     m = load_policy(run, roll, 'cpu')
     held = eval_records(replace(run, eval_size=a.eval_size), m.tokenizer)
     return dict(suite=suite, eval_size=len(held), greedy_before=greedy_eval(m, held, run.task, roll),
-                sampled_before=sample_metrics(m, held, roll, suite))
+                sampled_before=sample_metrics(m, held, roll, suite), pl_before=decoder_metrics(m, held, roll, suite),
+                first_step=first_step_scores(m, held, roll) if suite.startswith('order') else None)
 
 def _write(path:Path, obj, indent=None):
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,6 +179,8 @@ def summarise(results:Path, write:bool=True)->dict:
             for where in ('greedy_after', 'sampled_after'):
                 for k, v in (r.get(where) or {}).items():
                     arms.setdefault(r['arm'], {}).setdefault(f"{where}.{k}", {})[r['seed']] = v
+            for tau, mets in (r.get('pl_after') or {}).items():
+                for k, v in mets.items(): arms.setdefault(r['arm'], {}).setdefault(f"pl_after@{tau}.{k}", {})[r['seed']] = v
             gn = r['curves'].get('grad_norm', [])
             if gn: arms.setdefault(r['arm'], {}).setdefault('grad_norm_mean', {})[r['seed']] = sum(gn) / len(gn)
             arms.setdefault(r['arm'], {}).setdefault('wall_s', {})[r['seed']] = r['wall_s']
@@ -158,7 +194,8 @@ def summarise(results:Path, write:bool=True)->dict:
                 if arm != 'token_only' and 'token_only' in arms and k in arms['token_only']:
                     row[k]['vs_token_only'] = paired(arms['token_only'][k], by_seed)
             table[arm] = row
-        out[sd.name] = dict(greedy_before=before.get('greedy_before'), sampled_before=before.get('sampled_before'), arms=table)
+        out[sd.name] = dict(greedy_before=before.get('greedy_before'), sampled_before=before.get('sampled_before'),
+                            pl_before=before.get('pl_before'), arms=table)
     if write: _write(results/'summary.json', out, indent=1)
     return out
 

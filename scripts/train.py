@@ -16,6 +16,7 @@ from pathlib import Path
 from mapg.faults import cli_main
 from mapg.config import parse_cfg
 from mapg.train import train
+from mapg.eval_results import DECODERS
 
 ROOT = Path(__file__).resolve().parent.parent
 ARMS = (('mask_aware_1', 'mask-aware (pos_weight 1)'), ('token_only', 'token-only (pos_weight 0)'))
@@ -38,10 +39,14 @@ def both_arms(path:Path=SUMMARY, suite:str='sudoku', how:str='greedy', keys:tupl
 
 ORDER_KEYS = ('accuracy', 'solved', 'good_order')
 
-def print_sampled(f:dict, n:int):
-    print(f"sampled with the rollout settings (the policy RL trains), {n} held-out prompts:")
-    for k, when in (('sampled_before', 'before RL:'), ('sampled_after', 'after RL: ')):
-        print(f"  {when} " + ', '.join(f"{m.replace('_', ' ')} {f[k][m]:.3f}" for m in ORDER_KEYS))
+def print_decoded(f:dict, n:int, keys:tuple=ORDER_KEYS):
+    "A toy's figures under each decoder of `DECODERS` that `train` scored, before and after RL"
+    for name, _, what in DECODERS:
+        if not f.get(f'{name}_after'): continue
+        print(f"{what}, {n} held-out prompts:")
+        for when, pad in (('before', ''), ('after', ' ')):
+            got = f[f'{name}_{when}']
+            print(f"  {when} RL:{pad} " + ', '.join(f"{m.replace('_', ' ')} {got[m]:.3f}" for m in keys))
 
 def end_process_group():
     "Tear down this process's process group, if a launcher started one: left to the interpreter's exit, gloo's threads can abort it"
@@ -55,8 +60,8 @@ def main(args:list):
     try: s = train(run, roll, upd)
     finally: end_process_group()
     main_process = os.environ.get('RANK', '0') == '0'
-    if s.get('sampled_after') and main_process:      # the order task: train() scored the sampled policy too
-        print_sampled(s, run.eval_size)
+    if s.get('sampled_after') and main_process:      # a toy: train() scored the sampled policy and the decoder too
+        print_decoded(s, run.eval_size, ORDER_KEYS if run.task == 'order' else ('accuracy', 'solved'))
         if run.dataset == 'toy_order' and (txt := both_arms(suite='order', how='sampled', keys=ORDER_KEYS)): print(txt)
     if default and s.get('after') and (txt := both_arms()): print(txt)
 

@@ -1,12 +1,12 @@
 """The order task after its first command: a toy_order run is trained, then evaluated with `scripts/eval.py`, which reads
 the run's config.json and gives the figures the trainer printed for it, before RL (the shipped pretrained toy, and the
-base row of a run's results) and after RL (the run): greedy, and sampled with the rollout settings with the share of
-samples decoded in the good order, to the last bit. Every refusal on these paths is one line naming the field."""
+base row of a run's results) and after RL (the run): greedy, sampled with the rollout settings and decoded by the
+low-temperature decoder, with the share of samples decoded in the good order, to the last bit. Every refusal on these paths is one line naming the field."""
 import json
 from pathlib import Path
 import pytest, torch
 from mapg.eval_args import EvalArgs, resolve
-from mapg.eval_results import results_figure, SAMPLED_KEYS
+from mapg.eval_results import results_figure, SAMPLED_KEYS, DECODERS
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED = ROOT/'data'/'toy'/'toy_order_pretrained'
@@ -33,12 +33,16 @@ def test_run_dir_gives_the_trainers_figures(run, tmp_path):
     res = json.loads((tmp_path/'results.json').read_text())
     base, ck = res['rows']
     assert (base['label'], base['kind'], base['model'], ck['label']) == ('base', 'base', 'toy_order_pretrained', 'checkpoint-2')
-    assert ck['cells'][CELL]['trainer'] == summary['after'] and ck['cells'][CELL]['sampled'] == summary['sampled_after']        # every bit
-    assert base['cells'][CELL]['trainer'] == summary['before'] and base['cells'][CELL]['sampled'] == summary['sampled_before']
+    for name in ('sampled', 'pl'):                                              # every bit, both decoders
+        assert ck['cells'][CELL][name] == summary[f'{name}_after'] and base['cells'][CELL][name] == summary[f'{name}_before']
+    assert ck['cells'][CELL]['trainer'] == summary['after'] and base['cells'][CELL]['trainer'] == summary['before']
     assert (res['protocol'], res['model_kind'], res['base'], res['settings']['tasks']) == ('trainer', 'toy', 'toy_order/checkpoint-2', ['order'])
     # the lines the trainer printed, the same figures in eval.py's printout
     assert f"  before RL: {_printed(summary['sampled_before'])}" in printed and f"  after RL:  {_printed(summary['sampled_after'])}" in printed
     assert f"  base: {_printed(summary['sampled_before'])}" in p.stdout and f"  checkpoint-2: {_printed(summary['sampled_after'])}" in p.stdout
+    for name, _, what in DECODERS:                                              # the decoder's lines, printed by both
+        assert f"{what}, {N} held-out prompts:\n  before RL: {_printed(summary[f'{name}_before'])}\n" in printed
+        assert f"  checkpoint-2: {_printed(summary[f'{name}_after'])}" in p.stdout
     assert "checkpoint-2: " + ', '.join(f"{k} {v:.3f}" for k, v in summary['after'].items()) in p.stdout
     assert "base: " + ', '.join(f"{k} {v:.3f}" for k, v in summary['before'].items()) in p.stdout
     for f in ('run.json', 'results.md', 'results.html'):                      # results name the model evaluated
@@ -50,8 +54,8 @@ def test_run_dir_gives_the_trainers_figures(run, tmp_path):
     fig = results_figure(res)                                                 # the chart: the base row beside the checkpoint's
     assert fig.layout.title.text.startswith('Accuracy (%) of toy_order/checkpoint-2 (trainer protocol)')
     assert [d.name for d in fig.data] == ['mapg, trainer protocol: base (toy_order_pretrained)', 'mapg, trainer protocol: checkpoint-2']
-    assert list(fig.data[0].x)[1:] == [f"Order (toy) 8 b8, sampled: {k.replace('_', ' ')}" for k in SAMPLED_KEYS]
-    assert list(fig.data[0].y) == [base['cells'][CELL]['accuracy']] + [100 * summary['sampled_before'][k] for k in SAMPLED_KEYS]
+    assert list(fig.data[0].x)[1:] == [f"Order (toy) 8 b8, {label}: {k.replace('_', ' ')}" for _, label, _ in DECODERS for k in SAMPLED_KEYS]
+    assert list(fig.data[0].y) == [base['cells'][CELL]['accuracy']] + [100 * summary[f'{n}_before'][k] for n, *_ in DECODERS for k in SAMPLED_KEYS]
 
 def test_pretrained_toy_gives_the_before_rl_figures(run, tmp_path):
     "`--model data/toy/toy_order_pretrained` is read with configs/toy_order.yaml: the run's before-RL figures"
@@ -60,6 +64,7 @@ def test_pretrained_toy_gives_the_before_rl_figures(run, tmp_path):
     res = json.loads((tmp_path/'results.json').read_text())
     [row] = res['rows']
     assert row['cells'][CELL]['trainer'] == summary['before'] and row['cells'][CELL]['sampled'] == summary['sampled_before']
+    assert row['cells'][CELL]['pl'] == summary['pl_before']
     assert res['base'] == 'toy_order_pretrained' and Path(res['settings']['run_config']) == CONFIG
 
 def test_resolve_a_checkpoint_and_its_weights(run):
