@@ -15,8 +15,8 @@ from fastcore.basics import patch
 from fastcore.meta import delegates
 from .core import Tok, toy_tokenizer, seeded
 from .families import FAMILIES
-from .compat import adapt_remote_code, _rope_default
-from .models import MDLM, _base, _default_attn
+from .compat import adapt_remote_code, rope_default
+from .models import MDLM, peft_base, default_attn
 
 # %% auto #0
 __all__ = ['STANDIN_CODE', 'LLADA_TOKENS', 'DREAM_TOKENS', 'LLADA_CHAT_TEMPLATE', 'DREAM_CHAT_TEMPLATE', 'DREAM_7B',
@@ -320,7 +320,7 @@ def tiny_dream(seed:int=0, vocab_size:int=152064, hidden:int=16, layers:int=2, h
                           num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads, **kwargs)
     fam = FAMILIES['dream']
     # built as mapg builds Dream's code under transformers 5
-    with _rope_default(): model = seeded(seed, lambda: TinyDream(cfg).eval())
+    with rope_default(): model = seeded(seed, lambda: TinyDream(cfg).eval())
     return MDLM(model, Tok(fam.mask_id, fam.eos_ids), 'dream')
 
 # %% ../nbs/03c_standins.ipynb #stnd0002
@@ -335,7 +335,7 @@ def save_standin(m:MDLM,              # a stand-in behind the adapter (tiny_llad
     "Save a stand-in as its family's checkpoints are published: weights, remote code named by `auto_map`, tokenizer"
     if m.kind not in STANDIN_CODE:
         raise ValueError(f"no remote-code layout for kind={m.kind!r}: expected one of {sorted(STANDIN_CODE)}")
-    path, base = Path(path), _base(m.model)
+    path, base = Path(path), peft_base(m.model)
     cfg_mod, cfg_cls, mdl_mod, mdl_cls = STANDIN_CODE[m.kind]
     base.save_pretrained(path)
     cfg_base, mdl_base = type(base.config).__name__, type(base).__name__
@@ -573,7 +573,7 @@ def llada_shaped(hidden:int=4096, layers:int=32, heads:int=32, intermediate:int=
     cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                       num_key_value_heads=heads, intermediate_size=intermediate, max_position_embeddings=max_len,
                       rope_theta=500000., rms_norm_eps=1e-5, tie_word_embeddings=False)
-    cfg._attn_implementation = attn_implementation or _default_attn(device)
+    cfg._attn_implementation = attn_implementation or default_attn(device)
     def build():
         with device: return LlamaForCausalLM._from_config(cfg, dtype=dtype).eval()
     model = seeded(seed, build, device)
