@@ -64,27 +64,23 @@ class _LLaDABlock(nn.Module):
         self.ff_proj, self.up_proj = nn.Linear(d, f, bias=False), nn.Linear(d, f, bias=False)
         self.ff_out = nn.Linear(f, d, bias=False)
 
-# %% ../nbs/03c_standins.ipynb #kz4g46jl
-@patch
-def _attend(self:_LLaDABlock, y:Tensor, attention_bias:Tensor|None)->Tensor:
-    "Rotary multi-head attention over the normed `y [B, S, D]`, its heads merged back to `[B, S, D]`"
-    B, S, D = y.shape
-    q, k, v = (p(y).view(B, S, self.h, -1).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
-    hd = q.shape[-1]
-    inv = 1.0 / self.theta ** (torch.arange(0, hd, 2, device=y.device, dtype=torch.float32) / hd)
-    # positions 0..S-1: LLaDA takes no position ids
-    cos, sin = _rope_cos_sin(inv, torch.arange(S, device=y.device)[None])
-    q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
-    a = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_bias)
-    return a.transpose(1, 2).reshape(B, S, D)
+    def _attend(self, y:Tensor, attention_bias:Tensor|None)->Tensor:
+        "Rotary multi-head attention over the normed `y [B, S, D]`, its heads merged back to `[B, S, D]`"
+        B, S, D = y.shape
+        q, k, v = (p(y).view(B, S, self.h, -1).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        hd = q.shape[-1]
+        inv = 1.0 / self.theta ** (torch.arange(0, hd, 2, device=y.device, dtype=torch.float32) / hd)
+        # positions 0..S-1: LLaDA takes no position ids
+        cos, sin = _rope_cos_sin(inv, torch.arange(S, device=y.device)[None])
+        q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_bias)
+        return a.transpose(1, 2).reshape(B, S, D)
 
-# %% ../nbs/03c_standins.ipynb #6sbb9mmn
-@patch
-def forward(self:_LLaDABlock, x:Tensor, attention_bias:Tensor|None=None)->Tensor:
-    "The block on `x [B, S, D]`: attention, then the feed-forward, each reading the normed stream and added to it"
-    x = x + self.attn_out(self._attend(self.attn_norm(x), attention_bias))
-    y = self.ff_norm(x)
-    return x + self.ff_out(F.silu(self.ff_proj(y)) * self.up_proj(y))
+    def forward(self, x:Tensor, attention_bias:Tensor|None=None)->Tensor:
+        "The block on `x [B, S, D]`: attention, then the feed-forward, each reading the normed stream and added to it"
+        x = x + self.attn_out(self._attend(self.attn_norm(x), attention_bias))
+        y = self.ff_norm(x)
+        return x + self.ff_out(F.silu(self.ff_proj(y)) * self.up_proj(y))
 
 # %% ../nbs/03c_standins.ipynb #e2186435
 class TinyLLaDA(PreTrainedModel):
@@ -266,6 +262,13 @@ class TinyDream(PreTrainedModel):
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
         self.post_init()
 
+    def _run_layer(self, layer:nn.Module, x:Tensor, mask:Tensor|None, cos:Tensor, sin:Tensor)->Tensor:
+        "One decoder layer, through the gradient-checkpointing function when that is on in training, as Dream runs it"
+        m = self.model
+        if m.gradient_checkpointing and self.training:
+            return m._gradient_checkpointing_func(layer.__call__, x, mask, cos, sin)
+        return layer(x, mask, cos, sin)
+
 # %% ../nbs/03c_standins.ipynb #pu5n1tkk
 @patch
 def get_input_embeddings(self:TinyDream)->nn.Embedding:
@@ -277,15 +280,6 @@ def get_input_embeddings(self:TinyDream)->nn.Embedding:
 def get_output_embeddings(self:TinyDream)->nn.Linear:
     "The output head, `lm_head`"
     return self.lm_head
-
-# %% ../nbs/03c_standins.ipynb #1dpq04r0
-@patch
-def _run_layer(self:TinyDream, layer:nn.Module, x:Tensor, mask:Tensor|None, cos:Tensor, sin:Tensor)->Tensor:
-    "One decoder layer, through the gradient-checkpointing function when that is on in training, as Dream runs it"
-    m = self.model
-    if m.gradient_checkpointing and self.training:
-        return m._gradient_checkpointing_func(layer.__call__, x, mask, cos, sin)
-    return layer(x, mask, cos, sin)
 
 # %% ../nbs/03c_standins.ipynb #zhqnunmv
 @patch
