@@ -9,7 +9,7 @@ from fastcore.basics import patch
 import torch
 from torch import Tensor, nn
 from typing import TYPE_CHECKING
-from .models import _base, _blocks, checkpoint_blocks
+from .models import peft_base, model_blocks, checkpoint_blocks
 if TYPE_CHECKING: from mapg.models import MDLM
 
 # %% auto #0
@@ -72,12 +72,12 @@ def _wrap_llada(box:list):
 # %% ../nbs/04a_cache.ipynb #92dff6bb
 def _attention_modules(model:'MDLM')->tuple:
     "(modules to wrap, attribute replaced, wrapper factory) of a model the prefix cache supports; raise otherwise"
-    base, kind = _base(model.model), model.kind
+    base, kind = peft_base(model.model), model.kind
     if getattr(model, '_roll', False) or kind not in ('toy', 'llada', 'dream'):
         raise ValueError(f"cache='prefix' supports the toy and the LLaDA and Dream code, not kind={kind!r} "
                          f"({type(base).__name__}): use cache='none'")
     if kind == 'llada':
-        mods = [b for b in _blocks(base, kind)
+        mods = [b for b in model_blocks(base, kind)
                 if 'layer_past' in inspect.signature(getattr(b, 'attention', lambda: 0)).parameters]
         if mods: return mods, 'attention', _wrap_llada
     else:
@@ -104,10 +104,10 @@ def _finish(model:'MDLM', lg:Tensor)->Tensor:
 def _plain_blocks(model:'MDLM'):
     "No activation checkpointing while gradients are recorded (recomputation would not see the recorded key/values)"
     on = torch.is_grad_enabled() and model.grad_ckpt
-    if on: checkpoint_blocks(_base(model.model), model.kind, False)
+    if on: checkpoint_blocks(peft_base(model.model), model.kind, False)
     try: yield
     finally:
-        if on: checkpoint_blocks(_base(model.model), model.kind, True)
+        if on: checkpoint_blocks(peft_base(model.model), model.kind, True)
 
 # %% ../nbs/04a_cache.ipynb #f6ff3854
 class PrefixCache:

@@ -4,21 +4,18 @@
 
 # %% ../nbs/12e_checkpoints.ipynb #8rw9upf2
 from __future__ import annotations
-import dataclasses, json, os, random
-from dataclasses import fields
+import json, os, random
 from pathlib import Path
 import numpy as np, torch
-from torch import Tensor
 from accelerate import Accelerator
 from .models import load_model, MDLM
-from .sampler import Rollout
 from .faults import saving, verify, is_complete, latest_checkpoint, MARKER
 from .config import RunCfg, RolloutCfg
 from .toy import pretrained_toy
-from .engine import _any_process
+from .engine import any_process
 
 # %% auto #0
-__all__ = ['load_policy', 'save_checkpoint', 'load_checkpoint', 'checkpoint_to_resume', 'resume_command']
+__all__ = ['trainable_only', 'load_policy', 'save_checkpoint', 'load_checkpoint', 'checkpoint_to_resume', 'resume_command']
 
 # %% ../nbs/12e_checkpoints.ipynb #be0fb442
 def _rng_state(gens:dict)->dict:
@@ -36,7 +33,7 @@ def _set_rng_state(st:dict, gens:dict):
     for k, g in gens.items(): g.set_state(st['gens'][k])
 
 # %% ../nbs/12e_checkpoints.ipynb #dea61168
-def _trainable_only(models:list, weights:list, output_dir):
+def trainable_only(models:list, weights:list, output_dir):
     "`save_state` pre-hook: keep only the trainable tensors of each state dict (a frozen base is never rewritten)"
     for i, mod in enumerate(models):
         keep = {n for n, p in mod.named_parameters() if p.requires_grad}
@@ -48,12 +45,6 @@ def _export_policy(net, tok, d:Path):
     sub = d/('adapter' if hasattr(net, 'peft_config') else 'model')
     net.save_pretrained(sub)
     if tok is not None: tok.save_pretrained(sub)
-
-# %% ../nbs/12e_checkpoints.ipynb #hav6as07
-def _rollout_to(r:Rollout, device)->Rollout:
-    "`r` with every tensor on `device`"
-    return dataclasses.replace(r, **{f.name: getattr(r, f.name).to(device) for f in fields(r)
-                                     if isinstance(getattr(r, f.name), Tensor)})
 
 # %% ../nbs/12e_checkpoints.ipynb #xp0kfe42
 def _policy_source(run:RunCfg, roll:RolloutCfg)->tuple:
@@ -93,7 +84,7 @@ def save_checkpoint(acc:Accelerator,      # the run's `Accelerator` (after `prep
     "Write checkpoint `d` atomically from every process: `accelerator.save_state`, generators and buffer"
     from accelerate.utils import DistributedType
     ds = acc.distributed_type == DistributedType.DEEPSPEED
-    with saving(d, acc.is_main_process, agree=lambda ok: not _any_process(acc, not ok)) as tmp:
+    with saving(d, acc.is_main_process, agree=lambda ok: not any_process(acc, not ok)) as tmp:
         acc.save_state(str(tmp), safe_serialization=False, **(dict(exclude_frozen_parameters=True) if ds else {}))
         torch.save(dict(rng=_rng_state(gens), buffer=buffer), tmp/f'rank{acc.process_index}.pt')
         if acc.is_main_process:
@@ -119,7 +110,7 @@ def _restore_rank(acc:Accelerator, d:Path, m:MDLM, gens:dict)->list|None:
     st = torch.load(d/f'rank{acc.process_index}.pt', map_location='cpu', weights_only=False)
     _set_rng_state(st['rng'], gens)
     # saved from the device, loaded on the CPU
-    for b in st['buffer'] or []: b.r, b.adv = _rollout_to(b.r, m.device), b.adv.to(m.device)
+    for b in st['buffer'] or []: b.r, b.adv = b.r.to(m.device), b.adv.to(m.device)
     return st['buffer']
 
 # %% ../nbs/12e_checkpoints.ipynb #1e11add9

@@ -12,7 +12,8 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from .families import family_of
 
 # %% auto #0
-__all__ = ['TRANSFORMERS_RANGE', 'WRITTEN_FOR', 'check_transformers', 'check_rotary', 'adapt_remote_code']
+__all__ = ['TRANSFORMERS_RANGE', 'WRITTEN_FOR', 'version_tuple', 'check_transformers', 'check_rotary', 'rope_default',
+           'adapt_remote_code', 'load_adapted']
 
 # %% ../nbs/03a_compat.ipynb #vers0002
 # the `transformers` under which mapg runs LLaDA's and Dream's own code (5.x adapted)
@@ -21,7 +22,7 @@ TRANSFORMERS_RANGE = '>=4.57.1,<6'
 WRITTEN_FOR = '>=4.57.1,<5'
 
 # %% ../nbs/03a_compat.ipynb #5461b305
-def _vtuple(v:str)->tuple: return tuple(int(x) for x in re.findall(r'\d+', v)[:3])
+def version_tuple(v:str)->tuple: return tuple(int(x) for x in re.findall(r'\d+', v)[:3])
 
 # %% ../nbs/03a_compat.ipynb #d9b52db4
 def check_transformers(kind:str,            # a key of `FAMILIES`
@@ -30,7 +31,7 @@ def check_transformers(kind:str,            # a key of `FAMILIES`
     "Raise, naming the versions, if `transformers` `version` is outside the range mapg runs `kind`'s own code in"
     import transformers
     v = version or transformers.__version__
-    if family_of(kind).remote and not (4, 57, 1) <= _vtuple(v) < (6,):
+    if family_of(kind).remote and not (4, 57, 1) <= version_tuple(v) < (6,):
         raise RuntimeError(
             f"kind={kind!r} runs the modelling code shipped with its checkpoint, which mapg runs under "
             f"transformers{TRANSFORMERS_RANGE} (4.x as it is, 5.x adapted at load time; installed: {v}). "
@@ -70,7 +71,7 @@ def _default_rope(config, device=None, seq_len=None, **kwargs)->tuple:
 
 # %% ../nbs/03a_compat.ipynb #cmpt0007
 @contextlib.contextmanager
-def _rope_default():
+def rope_default():
     "`transformers`' rope table with its `'default'` entry while a model is built (5.x dropped it), then as it was"
     add = 'default' not in ROPE_INIT_FUNCTIONS
     if add: ROPE_INIT_FUNCTIONS['default'] = _default_rope
@@ -140,7 +141,7 @@ def _late_post_init(model:PreTrainedModel, notes:list):
 def _adapted_init(init, notes:list):
     "`init` run with the rope table's `'default'` entry, then `post_init`'s registrations if it never called it"
     def __init__(self, *args, **kwargs):
-        with _rope_default(): init(self, *args, **kwargs)
+        with rope_default(): init(self, *args, **kwargs)
         if any(getattr(mod, 'rope_init_fn', None) is _default_rope for mod in self.modules()):
             _note(notes, "rope 'default'")
         # it never called post_init: register what post_init registers
@@ -155,7 +156,7 @@ def adapt_remote_code(cls:type,                 # the class a checkpoint's `auto
     "Adapt modelling code written for `transformers` 4 to `transformers` 5, in memory (files unchanged)"
     import transformers
     notes = []
-    if _vtuple(version or transformers.__version__) < (5,): return cls, notes
+    if version_tuple(version or transformers.__version__) < (5,): return cls, notes
     if not hasattr(config, 'use_cache'):
         config.use_cache = False
         notes.append('config.use_cache=False')
@@ -173,7 +174,7 @@ def adapt_remote_code(cls:type,                 # the class a checkpoint's `auto
 _ADAPTABLE = (ImportError, AttributeError, TypeError, KeyError, NameError, ValueError)
 
 # %% ../nbs/03a_compat.ipynb #adpt0004
-def _load_adapted(name_or_path, kind:str, kw:dict)->tuple:
+def load_adapted(name_or_path, kind:str, kw:dict)->tuple:
     "(model, what was adapted): `kind`'s checkpoint code loaded through `adapt_remote_code`, or refused naming the fix"
     import transformers
     from transformers.dynamic_module_utils import get_class_from_dynamic_module

@@ -82,18 +82,30 @@ class _Dispatch(TorchDispatchMode):
     "Checks the devices of every operation's tensors (backward included) and gives its outputs their device"
     def __init__(self, device:torch.device): super().__init__(); self.device = device
 
-# %% ../nbs/15_device.ipynb #v1t3m3kl
-@patch
-def _asked(self:_Dispatch, func, want:torch.device|None, kwargs:dict)->torch.device|None:
-    "The device a `device` argument gives the outputs (None: the inputs decide); the values are made on the CPU"
-    if want is not None and want.type != 'cpu':
-        if want.type != self.device.type:
-            raise DeviceMixError(f"{func}: device {want} in a run guarded as {self.device}")
-        # the values live on the CPU
-        kwargs['device'] = _CPU
-        return want
-    # PyTorch's own code reads the physical device: the inputs decide, as below
-    return None
+    def _asked(self, func, want:torch.device|None, kwargs:dict)->torch.device|None:
+        "The device a `device` argument gives the outputs (None: the inputs decide); the values are made on the CPU"
+        if want is not None and want.type != 'cpu':
+            if want.type != self.device.type:
+                raise DeviceMixError(f"{func}: device {want} in a run guarded as {self.device}")
+            # the values live on the CPU
+            kwargs['device'] = _CPU
+            return want
+        # PyTorch's own code reads the physical device: the inputs decide, as below
+        return None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        "Check the devices of the operation's tensors, run it on their CPU values, and label its outputs"
+        kwargs = dict(kwargs or {})
+        want = _dev(kwargs.get('device'))
+        # shapes only: nothing to mix
+        if want is not None and want.type == 'meta': return func(*args, **kwargs)
+        want = self._asked(func, want, kwargs)
+        ts = _tensors((args[0], *args[2:]) if func in _INDEXED else args, kwargs.values())
+        devs = {vdevice(t) for t in ts if not _cpu_scalar(t)}
+        if len(devs) > 1 and func not in _MIXING: raise _mixed(func, devs, args, kwargs)
+        out = func(*args, **kwargs)
+        _label_outputs(func, args, ts, devs, want, out)
+        return out
 
 # %% ../nbs/15_device.ipynb #a455yio2
 def _label_outputs(func, args:tuple, ts:list, devs:set, want:torch.device|None, out):
@@ -109,22 +121,6 @@ def _label_outputs(func, args:tuple, ts:list, devs:set, want:torch.device|None, 
     # CPU scalars only
     else: dev = vdevice(ts[0]) if ts else _CPU
     for o in outs: _mark(o, dev)
-
-# %% ../nbs/15_device.ipynb #jfnz9vnx
-@patch
-def __torch_dispatch__(self:_Dispatch, func, types, args=(), kwargs=None):
-    "Check the devices of the operation's tensors, run it on their CPU values, and label its outputs"
-    kwargs = dict(kwargs or {})
-    want = _dev(kwargs.get('device'))
-    # shapes only: nothing to mix
-    if want is not None and want.type == 'meta': return func(*args, **kwargs)
-    want = self._asked(func, want, kwargs)
-    ts = _tensors((args[0], *args[2:]) if func in _INDEXED else args, kwargs.values())
-    devs = {vdevice(t) for t in ts if not _cpu_scalar(t)}
-    if len(devs) > 1 and func not in _MIXING: raise _mixed(func, devs, args, kwargs)
-    out = func(*args, **kwargs)
-    _label_outputs(func, args, ts, devs, want, out)
-    return out
 
 # %% ../nbs/15_device.ipynb #57a76b5a
 def _to_args(args:tuple, kwargs:dict)->tuple:
@@ -153,38 +149,34 @@ class _Function(TorchFunctionMode):
     "Moves between devices (`to`, `cuda`, `cpu`, `torch.tensor(..., device=)`), checks generators and `.numpy()`"
     def __init__(self, device:torch.device): super().__init__(); self.device = device
 
-# %% ../nbs/15_device.ipynb #if0b2qks
-@patch
-def _move(self:_Function, func, args, kwargs):
-    "A `to`, `cuda` or `cpu` call: a copy that carries the device it goes to, as between real devices"
-    src, kw = args[0], {}
-    if func is Tensor.cpu: dev = _CPU
-    elif func is Tensor.cuda: dev = self.device
-    else: dev, kw = _to_args(args[1:], kwargs)
-    if dev is None: return Tensor.to(src, **kw)
-    if dev.type == 'meta' or _real_device.__get__(src).type == 'meta': return func(*args, **kwargs)
-    if dev.type not in ('cpu', self.device.type):
-        raise DeviceMixError(f"to: device {dev} in a run guarded as {self.device}")
-    dev = self.device if dev.type != 'cpu' else _CPU
-    # a move makes a new tensor, as between real devices
-    if vdevice(src) != dev: kw['copy'] = True
-    out = Tensor.to(src, **kw) if kw else src
-    return out if out is src else _mark(out, dev)
+    def _move(self, func, args, kwargs):
+        "A `to`, `cuda` or `cpu` call: a copy that carries the device it goes to, as between real devices"
+        src, kw = args[0], {}
+        if func is Tensor.cpu: dev = _CPU
+        elif func is Tensor.cuda: dev = self.device
+        else: dev, kw = _to_args(args[1:], kwargs)
+        if dev is None: return Tensor.to(src, **kw)
+        if dev.type == 'meta' or _real_device.__get__(src).type == 'meta': return func(*args, **kwargs)
+        if dev.type not in ('cpu', self.device.type):
+            raise DeviceMixError(f"to: device {dev} in a run guarded as {self.device}")
+        dev = self.device if dev.type != 'cpu' else _CPU
+        # a move makes a new tensor, as between real devices
+        if vdevice(src) != dev: kw['copy'] = True
+        out = Tensor.to(src, **kw) if kw else src
+        return out if out is src else _mark(out, dev)
 
-# %% ../nbs/15_device.ipynb #kr3sofac
-@patch
-def _made_on(self:_Function, func, args, kwargs, dev:torch.device):
-    "Run a call that names a (non-meta) `device`, its values made on the CPU, and give its outputs that device"
-    dev = _CPU if dev.type == 'cpu' else self.device
-    # these would stop at a CUDA device guard
-    if func in (torch.tensor, torch.as_tensor, torch.asarray):
-        kwargs.pop('device')
-        out = func(*args, **kwargs)
-        # to a GPU is a copy
-        if dev.type != 'cpu' and out is (args[0] if args else None): out = out.clone()
-    else: out = func(*args, **kwargs)
-    # a device asked for by name is where it goes
-    return tree_map(lambda o: _mark(o, dev), out)
+    def _made_on(self, func, args, kwargs, dev:torch.device):
+        "Run a call that names a (non-meta) `device`, its values made on the CPU, and give its outputs that device"
+        dev = _CPU if dev.type == 'cpu' else self.device
+        # these would stop at a CUDA device guard
+        if func in (torch.tensor, torch.as_tensor, torch.asarray):
+            kwargs.pop('device')
+            out = func(*args, **kwargs)
+            # to a GPU is a copy
+            if dev.type != 'cpu' and out is (args[0] if args else None): out = out.clone()
+        else: out = func(*args, **kwargs)
+        # a device asked for by name is where it goes
+        return tree_map(lambda o: _mark(o, dev), out)
 
 # %% ../nbs/15_device.ipynb #c3vjmo2t
 @patch
@@ -209,11 +201,10 @@ class _Generator(torch.Generator):
         return g
     def __init__(self, device='cpu'): pass
 
-# %% ../nbs/15_device.ipynb #drjj1hz3
-@patch(as_prop=True)
-def device(self:_Generator)->torch.device:
-    "The guarded device it says it lives on (the CPU if none)"
-    return getattr(self, _ATTR, _CPU)
+    @property
+    def device(self)->torch.device:
+        "The guarded device it says it lives on (the CPU if none)"
+        return getattr(self, _ATTR, _CPU)
 
 # %% ../nbs/15_device.ipynb #0rlcue27
 def _unlabelled(reduce):

@@ -14,7 +14,8 @@ from .models import MDLM
 from .config import RunCfg, RolloutCfg, UpdateCfg
 
 # %% auto #0
-__all__ = ['make_accelerator', 'trainable_digest', 'check_same_params', 'engine_forward']
+__all__ = ['make_accelerator', 'trainable_digest', 'check_same_params', 'engine_forward', 'adamw_with_warmup', 'adam_steps',
+           'any_process']
 
 # %% ../nbs/12d_engine.ipynb #tr5accel01
 _DS_FIELDS = (('train_micro_batch_size_per_gpu', 'per_device_batch'), ('gradient_accumulation_steps', 'grad_accum'),
@@ -114,7 +115,7 @@ def engine_forward(m:MDLM, net:nn.Module):
     finally: m.model = inner
 
 # %% ../nbs/12d_engine.ipynb #8fe1c424
-def _adamw_with_warmup(params:list, upd:UpdateCfg, max_steps:int)->tuple:
+def adamw_with_warmup(params:list, upd:UpdateCfg, max_steps:int)->tuple:
     "AdamW and a constant schedule after a linear warmup whose first step already runs at lr / warmup steps"
     opt = torch.optim.AdamW(params, lr=upd.learning_rate, betas=(upd.adam_beta1, upd.adam_beta2),
                             weight_decay=upd.weight_decay)
@@ -122,12 +123,12 @@ def _adamw_with_warmup(params:list, upd:UpdateCfg, max_steps:int)->tuple:
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1., (i + 1) / warm) if warm else 1.)
 
 # %% ../nbs/12d_engine.ipynb #knob7wfm
-def _adam_steps(opt)->int:
+def adam_steps(opt)->int:
     "The optimizer's own count of its steps (AdamW's per-parameter `step`; under DeepSpeed, of its partitions)"
     return int(max((float(s['step']) for s in opt.state.values() if 'step' in s), default=0))
 
 # %% ../nbs/12d_engine.ipynb #ifyu6agj
-def _any_process(acc:Accelerator, flag:bool)->bool:
+def any_process(acc:Accelerator, flag:bool)->bool:
     "Whether `flag` is set on any process"
     if acc.num_processes == 1: return flag
     return bool(acc.reduce(torch.tensor([float(flag)], device=acc.device), 'sum').item() > 0)

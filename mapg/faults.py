@@ -15,9 +15,9 @@ import yaml
 if TYPE_CHECKING: import torch
 
 # %% auto #0
-__all__ = ['EXIT_CODES', 'MARKER', 'ConfigError', 'CheckpointError', 'SaveError', 'RunLocked', 'NonFiniteError', 'tmp_dir',
-           'finalize', 'is_complete', 'verify', 'latest_checkpoint', 'prune', 'saving', 'RunLock', 'Preemption',
-           'finite_or_zero', 'StepGuard', 'compute_begins', 'cli_main']
+__all__ = ['EXIT_CODES', 'MARKER', 'ConfigError', 'CheckpointError', 'SaveError', 'RunLocked', 'NonFiniteError', 'emit_warning',
+           'tmp_dir', 'finalize', 'is_complete', 'verify', 'latest_checkpoint', 'prune', 'saving', 'RunLock',
+           'Preemption', 'finite_or_zero', 'StepGuard', 'compute_begins', 'cli_main']
 
 # %% ../nbs/11a_faults.ipynb #07a0930f
 class ConfigError(ValueError):
@@ -47,7 +47,7 @@ class NonFiniteError(RuntimeError):
 EXIT_CODES = {ConfigError: 2, CheckpointError: 2, RunLocked: 2, SaveError: 1, NonFiniteError: 1}
 
 # %% ../nbs/11a_faults.ipynb #be174245
-def _warn(msg:str, warn=None):
+def emit_warning(msg:str, warn=None):
     "One warning line on stderr (or to `warn`)"
     if warn: warn(msg)
     else: print(f"warning: {msg}", file=sys.stderr, flush=True)
@@ -174,7 +174,7 @@ def latest_checkpoint(out:str|Path, warn:Callable[[str], object]|None=None, chec
         if not (_CKPT_STEP_RE.fullmatch(p.name) and p.is_dir()):
             why = 'an unfinished save' if p.name.endswith('.tmp') else 'not a checkpoint-<step> folder'
             ignored.append(f"{p.name} ({why})")
-    if ignored: _warn(f"ignored in {out}: " + '; '.join(ignored), warn)
+    if ignored: emit_warning(f"ignored in {out}: " + '; '.join(ignored), warn)
     return found
 
 # %% ../nbs/11a_faults.ipynb #dd3ae0d7
@@ -317,7 +317,7 @@ def acquire(self:RunLock)->RunLock:
             if _alive(r['pid'], r.get('proc_start')):
                 self._refuse(r, f"its lock is not held (does this filesystem honour flock?): "
                                 f"if that run has ended, delete {self.path}")
-            _warn(f"taking over the stale lock of pid {r['pid']} in {self.path.parent} (started "
+            emit_warning(f"taking over the stale lock of pid {r['pid']} in {self.path.parent} (started "
                   f"{r.get('started', '?')}; no longer running)", self.warn)
         rec = dict(pid=os.getpid(), host=host, started=datetime.now(timezone.utc).isoformat(timespec='seconds'),
                    command=self.command, proc_start=_proc_start(os.getpid()))

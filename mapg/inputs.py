@@ -8,7 +8,7 @@ import csv, dataclasses, difflib, gzip, io, json, math, re, zlib
 from pathlib import Path
 from typing import Callable, Iterable
 import yaml
-from .faults import ConfigError, _warn
+from .faults import ConfigError, emit_warning
 
 # %% auto #0
 __all__ = ['read_yaml', 'check_types', 'config_changes', 'change_lines', 'versions_warning', 'check_resume', 'check_records_file']
@@ -167,7 +167,7 @@ def check_resume(old:dict, new:dict, may_change:set, where:str='the checkpoint',
         raise ConfigError(', '.join(refused), f"changed since {where} ({'; '.join(change_lines(refused))}); "
                           f"{'this field' if one else 'these fields'} cannot change on resume: set "
                           f"{'it' if one else 'them'} back, or use a new output_dir")
-    if w := versions_warning(old.get('versions'), new.get('versions'), where): _warn(w, warn)
+    if w := versions_warning(old.get('versions'), new.get('versions'), where): emit_warning(w, warn)
     return allowed
 
 # %% ../nbs/11c_inputs.ipynb #6ba0bb41

@@ -13,14 +13,14 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from fastcore.basics import patch
 from .core import Tok, toy_model, save_toy, seeded
 from .families import Family, FAMILIES, family_of, lora_target_names, lora_regex
-from .compat import check_transformers, check_rotary, _vtuple, _load_adapted
+from .compat import check_transformers, check_rotary, version_tuple, load_adapted
 
 # %% auto #0
-__all__ = ['excluded_ids', 'MDLM', 'add_lora', 'check_4bit_grads', 'checkpoint_errors', 'checkpoint_blocks', 'kind_from_config',
-           'infer_kind', 'padding_honoured', 'load_model']
+__all__ = ['peft_base', 'excluded_ids', 'MDLM', 'add_lora', 'check_4bit_grads', 'model_blocks', 'checkpoint_errors',
+           'checkpoint_blocks', 'default_attn', 'kind_from_config', 'infer_kind', 'padding_honoured', 'load_model']
 
 # %% ../nbs/03b_models.ipynb #f9285e75
-def _base(model):
+def peft_base(model):
     "The model under a peft wrapper (or `model` itself)"
     return model.get_base_model() if hasattr(model, 'get_base_model') else model
 
@@ -81,7 +81,7 @@ class MDLM:
                  excluded:tuple|None=None):       # ids never proposed besides [MASK] (None: `excluded_ids(tokenizer)`)
         self.model, self.tok, self.kind, self.tokenizer = model, tok, kind, tokenizer
         self.suppress_mask = suppress_mask
-        self.family, base = family_of(kind), _base(model)
+        self.family, base = family_of(kind), peft_base(model)
         self._padding_rules(base, position_ids)
         self.pads_ok = pads_ok
         # fail at load time on a wrong family
@@ -103,7 +103,7 @@ class MDLM:
 @patch
 def __repr__(self:MDLM)->str:
     "The kind, the model's class and the special ids"
-    return (f"MDLM(kind={self.kind!r}, model={type(_base(self.model)).__name__}, mask_id={self.mask_id}, "
+    return (f"MDLM(kind={self.kind!r}, model={type(peft_base(self.model)).__name__}, mask_id={self.mask_id}, "
             f"eos_ids={self.eos_ids})")
 
 # %% ../nbs/03b_models.ipynb #mdls0023
@@ -125,21 +125,21 @@ def _padding_rules(self:MDLM, base:nn.Module, position_ids:bool|None):
 @patch
 def lora_target_names(self:MDLM)->list[str]:
     "Full names of the modules LoRA adapts (see `lora_target_names`)"
-    return lora_target_names(_base(self.model), self.kind)
+    return lora_target_names(peft_base(self.model), self.kind)
 
 # %% ../nbs/03b_models.ipynb #mdls0007
 @patch
 def set_grad_ckpt(self:MDLM, on:bool=True # True: recompute block activations in the backward pass; False: store them
                  )->MDLM:
     "Activation checkpointing of every transformer block (`checkpoint_blocks`), for any family; returns `self`"
-    checkpoint_blocks(_base(self.model), self.kind, on)
+    checkpoint_blocks(peft_base(self.model), self.kind, on)
     return self
 
 # %% ../nbs/03b_models.ipynb #mdls0008
 @patch(as_prop=True)
 def grad_ckpt(self:MDLM)->bool:
     "Whether the blocks are checkpointed"
-    return any('_mapg_forward' in vars(b) for b in _blocks(_base(self.model), self.kind))
+    return any('_mapg_forward' in vars(b) for b in model_blocks(peft_base(self.model), self.kind))
 
 # %% ../nbs/03b_models.ipynb #mdls0009
 @patch
@@ -218,7 +218,7 @@ def forward_kwargs(self:MDLM, attention_mask:Tensor|None=None # [B, S] 1/True at
     if attention_mask is None: return {}
     attn = attention_mask.bool()
     if bool(attn.all()): return {}
-    if not self.pads_ok: raise ValueError(_PAD_REFUSAL.format(name=type(_base(self.model)).__name__))
+    if not self.pads_ok: raise ValueError(_PAD_REFUSAL.format(name=type(peft_base(self.model)).__name__))
     return self._pad_kwargs(attn)
 
 # %% ../nbs/03b_models.ipynb #c1d18ec2
@@ -252,7 +252,7 @@ def _pad_kwargs(self:MDLM, attn:Tensor)->dict:
         B, S = attn.shape
         kw = dict(attention_mask=attn[:, None, None, :].expand(B, 1, S, S))
     elif self.takes_attn: kw = dict(attention_mask=attn.long())
-    else: raise ValueError(f"{type(_base(self.model)).__name__}.forward takes no attention_mask: "
+    else: raise ValueError(f"{type(peft_base(self.model)).__name__}.forward takes no attention_mask: "
                            f"left-padded batches are not supported")
     if self.takes_pos: kw['position_ids'] = (attn.long().cumsum(-1) - 1).clamp_(min=0)
     return kw
@@ -283,7 +283,7 @@ def add_lora(m:MDLM,                 # the adapter to wrap
     if _is_peft(m.model): raise ValueError("the model already has a peft adapter")
     targets = m.lora_target_names()
     cfg = LoraConfig(r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
-                     target_modules=lora_regex(_base(m.model), m.kind), **kwargs)
+                     target_modules=lora_regex(peft_base(m.model), m.kind), **kwargs)
     pm = seeded(seed, lambda: get_peft_model(m.model, cfg), m.device)
     got = [n for n, mod in pm.get_base_model().named_modules() if isinstance(mod, LoraLayer)]
     if got != targets:
@@ -320,7 +320,7 @@ def check_4bit_grads(model:nn.Module # a model loaded with load_in_4bit
                                f"use --load_in_4bit false here, or NF4 on a CUDA GPU")
 
 # %% ../nbs/03b_models.ipynb #ckpt0002
-def _blocks(model:nn.Module, kind:str|Family='hf-mlm')->list[nn.Module]:
+def model_blocks(model:nn.Module, kind:str|Family='hf-mlm')->list[nn.Module]:
     "The numbered transformer blocks of `model` (the modules named `<blocks>.N`)"
     rx = re.compile(rf'(?:.*\.)?{family_of(kind).blocks}\.\d+')
     return [mod for n, mod in model.named_modules() if rx.fullmatch(n)]
@@ -358,7 +358,7 @@ def checkpoint_blocks(model:nn.Module,        # the (unwrapped) model
                       on:bool=True             # True: checkpoint every block; False: undo it
                      )->int:                   # the number of blocks
     "Run each transformer block of `model` through `torch.utils.checkpoint` (non-reentrant) while gradients are on"
-    blocks = _blocks(model, kind)
+    blocks = model_blocks(model, kind)
     if not blocks:
         raise ValueError(f"no numbered blocks (`{family_of(kind).blocks}.N`) in {type(model).__name__} "
                          f"(kind={kind!r})")
@@ -372,7 +372,7 @@ def checkpoint_blocks(model:nn.Module,        # the (unwrapped) model
     return len(blocks)
 
 # %% ../nbs/03b_models.ipynb #6042b5e4
-def _default_attn(device)->str:
+def default_attn(device)->str:
     "flash_attention_2 on CUDA when flash-attn is installed, else sdpa"
     flash = torch.device(device).type == 'cuda' and importlib.util.find_spec('flash_attn')
     return 'flash_attention_2' if flash else 'sdpa'
@@ -451,7 +451,7 @@ def _load_kwargs(fam:Family, dtype, device, load_in_4bit:bool, attn_implementati
     import transformers
     rev = {'revision': revision} if revision else {}
     kw = dict(dtype=dtype, trust_remote_code=fam.remote, **rev)
-    if fam.attn_impl or attn_implementation: kw['attn_implementation'] = attn_implementation or _default_attn(device)
+    if fam.attn_impl or attn_implementation: kw['attn_implementation'] = attn_implementation or default_attn(device)
     if load_in_4bit:
         _require('bitsandbytes', 'load_in_4bit')
         kw['quantization_config'] = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4',
@@ -461,10 +461,11 @@ def _load_kwargs(fam:Family, dtype, device, load_in_4bit:bool, attn_implementati
 
 # %% ../nbs/03b_models.ipynb #mdls0020
 def _load_weights(name_or_path, kind:str, fam:Family, kw:dict)->tuple:
-    "(model, what was adapted in its code): remote code under transformers 5 goes through `_load_adapted`"
+    "(model, what was adapted in its code): remote code under transformers 5 goes through `load_adapted`"
     import transformers
     notes = []
-    if fam.remote and _vtuple(transformers.__version__) >= (5,): model, notes = _load_adapted(name_or_path, kind, kw)
+    if fam.remote and version_tuple(transformers.__version__) >= (5,):
+        model, notes = load_adapted(name_or_path, kind, kw)
     else: model = getattr(transformers, fam.auto).from_pretrained(name_or_path, **kw)
     if notes:
         print(f"{type(model).__name__} ({kind}): its code adapted to transformers {transformers.__version__}: "

@@ -5,7 +5,7 @@
 # %% ../nbs/05_sampler.ipynb #e7077c63
 from __future__ import annotations
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from itertools import permutations, product
 import torch
 from torch import Tensor
@@ -50,6 +50,11 @@ class Rollout:
         "[B] float32 log-probability of each whole trajectory under the behaviour policy"
         lp = self.logp_token.sum(-1) + self.logp_pos.sum(-1)
         return lp if self.logp_prop is None else lp + self.logp_prop.sum(-1)
+
+    def to(self, device)->Rollout:
+        "This rollout with every tensor on `device`"
+        return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self)
+                                if isinstance(getattr(self, f.name), Tensor)})
 
 # %% ../nbs/05_sampler.ipynb #7ec6d304
 def _canvas(prompt_ids, attention_mask, gen_length, mask_id, device):

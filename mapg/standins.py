@@ -15,8 +15,8 @@ from fastcore.basics import patch
 from fastcore.meta import delegates
 from .core import Tok, toy_tokenizer, seeded
 from .families import FAMILIES
-from .compat import adapt_remote_code, _rope_default
-from .models import MDLM, _base, _default_attn
+from .compat import adapt_remote_code, rope_default
+from .models import MDLM, peft_base, default_attn
 
 # %% auto #0
 __all__ = ['STANDIN_CODE', 'LLADA_TOKENS', 'DREAM_TOKENS', 'LLADA_CHAT_TEMPLATE', 'DREAM_CHAT_TEMPLATE', 'DREAM_7B',
@@ -64,27 +64,23 @@ class _LLaDABlock(nn.Module):
         self.ff_proj, self.up_proj = nn.Linear(d, f, bias=False), nn.Linear(d, f, bias=False)
         self.ff_out = nn.Linear(f, d, bias=False)
 
-# %% ../nbs/03c_standins.ipynb #kz4g46jl
-@patch
-def _attend(self:_LLaDABlock, y:Tensor, attention_bias:Tensor|None)->Tensor:
-    "Rotary multi-head attention over the normed `y [B, S, D]`, its heads merged back to `[B, S, D]`"
-    B, S, D = y.shape
-    q, k, v = (p(y).view(B, S, self.h, -1).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
-    hd = q.shape[-1]
-    inv = 1.0 / self.theta ** (torch.arange(0, hd, 2, device=y.device, dtype=torch.float32) / hd)
-    # positions 0..S-1: LLaDA takes no position ids
-    cos, sin = _rope_cos_sin(inv, torch.arange(S, device=y.device)[None])
-    q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
-    a = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_bias)
-    return a.transpose(1, 2).reshape(B, S, D)
+    def _attend(self, y:Tensor, attention_bias:Tensor|None)->Tensor:
+        "Rotary multi-head attention over the normed `y [B, S, D]`, its heads merged back to `[B, S, D]`"
+        B, S, D = y.shape
+        q, k, v = (p(y).view(B, S, self.h, -1).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        hd = q.shape[-1]
+        inv = 1.0 / self.theta ** (torch.arange(0, hd, 2, device=y.device, dtype=torch.float32) / hd)
+        # positions 0..S-1: LLaDA takes no position ids
+        cos, sin = _rope_cos_sin(inv, torch.arange(S, device=y.device)[None])
+        q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_bias)
+        return a.transpose(1, 2).reshape(B, S, D)
 
-# %% ../nbs/03c_standins.ipynb #6sbb9mmn
-@patch
-def forward(self:_LLaDABlock, x:Tensor, attention_bias:Tensor|None=None)->Tensor:
-    "The block on `x [B, S, D]`: attention, then the feed-forward, each reading the normed stream and added to it"
-    x = x + self.attn_out(self._attend(self.attn_norm(x), attention_bias))
-    y = self.ff_norm(x)
-    return x + self.ff_out(F.silu(self.ff_proj(y)) * self.up_proj(y))
+    def forward(self, x:Tensor, attention_bias:Tensor|None=None)->Tensor:
+        "The block on `x [B, S, D]`: attention, then the feed-forward, each reading the normed stream and added to it"
+        x = x + self.attn_out(self._attend(self.attn_norm(x), attention_bias))
+        y = self.ff_norm(x)
+        return x + self.ff_out(F.silu(self.ff_proj(y)) * self.up_proj(y))
 
 # %% ../nbs/03c_standins.ipynb #e2186435
 class TinyLLaDA(PreTrainedModel):
@@ -266,6 +262,13 @@ class TinyDream(PreTrainedModel):
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
         self.post_init()
 
+    def _run_layer(self, layer:nn.Module, x:Tensor, mask:Tensor|None, cos:Tensor, sin:Tensor)->Tensor:
+        "One decoder layer, through the gradient-checkpointing function when that is on in training, as Dream runs it"
+        m = self.model
+        if m.gradient_checkpointing and self.training:
+            return m._gradient_checkpointing_func(layer.__call__, x, mask, cos, sin)
+        return layer(x, mask, cos, sin)
+
 # %% ../nbs/03c_standins.ipynb #pu5n1tkk
 @patch
 def get_input_embeddings(self:TinyDream)->nn.Embedding:
@@ -277,15 +280,6 @@ def get_input_embeddings(self:TinyDream)->nn.Embedding:
 def get_output_embeddings(self:TinyDream)->nn.Linear:
     "The output head, `lm_head`"
     return self.lm_head
-
-# %% ../nbs/03c_standins.ipynb #1dpq04r0
-@patch
-def _run_layer(self:TinyDream, layer:nn.Module, x:Tensor, mask:Tensor|None, cos:Tensor, sin:Tensor)->Tensor:
-    "One decoder layer, through the gradient-checkpointing function when that is on in training, as Dream runs it"
-    m = self.model
-    if m.gradient_checkpointing and self.training:
-        return m._gradient_checkpointing_func(layer.__call__, x, mask, cos, sin)
-    return layer(x, mask, cos, sin)
 
 # %% ../nbs/03c_standins.ipynb #zhqnunmv
 @patch
@@ -320,7 +314,7 @@ def tiny_dream(seed:int=0, vocab_size:int=152064, hidden:int=16, layers:int=2, h
                           num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads, **kwargs)
     fam = FAMILIES['dream']
     # built as mapg builds Dream's code under transformers 5
-    with _rope_default(): model = seeded(seed, lambda: TinyDream(cfg).eval())
+    with rope_default(): model = seeded(seed, lambda: TinyDream(cfg).eval())
     return MDLM(model, Tok(fam.mask_id, fam.eos_ids), 'dream')
 
 # %% ../nbs/03c_standins.ipynb #stnd0002
@@ -335,7 +329,7 @@ def save_standin(m:MDLM,              # a stand-in behind the adapter (tiny_llad
     "Save a stand-in as its family's checkpoints are published: weights, remote code named by `auto_map`, tokenizer"
     if m.kind not in STANDIN_CODE:
         raise ValueError(f"no remote-code layout for kind={m.kind!r}: expected one of {sorted(STANDIN_CODE)}")
-    path, base = Path(path), _base(m.model)
+    path, base = Path(path), peft_base(m.model)
     cfg_mod, cfg_cls, mdl_mod, mdl_cls = STANDIN_CODE[m.kind]
     base.save_pretrained(path)
     cfg_base, mdl_base = type(base.config).__name__, type(base).__name__
@@ -573,7 +567,7 @@ def llada_shaped(hidden:int=4096, layers:int=32, heads:int=32, intermediate:int=
     cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                       num_key_value_heads=heads, intermediate_size=intermediate, max_position_embeddings=max_len,
                       rope_theta=500000., rms_norm_eps=1e-5, tie_word_embeddings=False)
-    cfg._attn_implementation = attn_implementation or _default_attn(device)
+    cfg._attn_implementation = attn_implementation or default_attn(device)
     def build():
         with device: return LlamaForCausalLM._from_config(cfg, dtype=dtype).eval()
     model = seeded(seed, build, device)

@@ -22,9 +22,9 @@ from .report import write_report
 from .config import RunCfg, RolloutCfg, UpdateCfg, TOY_TASKS, validate, check_data, resolved_config, check_output_dir
 from .scoring import train_records, eval_records, next_prompts, greedy_eval, sampled_eval, pl_decoder
 from .stages import rollout_stage, cycle_rollouts, update_stage
-from .engine import make_accelerator, check_same_params, engine_forward, _adamw_with_warmup, _adam_steps, _any_process
+from .engine import make_accelerator, check_same_params, engine_forward, adamw_with_warmup, adam_steps, any_process
 from .checkpoints import (save_checkpoint, load_checkpoint, checkpoint_to_resume, load_policy, resume_command,
-                              _trainable_only, _rollout_to)
+                              trainable_only)
 
 # %% auto #0
 __all__ = ['train', 'TrainingRun']
@@ -98,7 +98,7 @@ def _wrap_engine(self:TrainingRun):
     # sampling and evaluation run the plain module, on every process alike
     self.m.model = acc.unwrap_model(self.net)
     acc.register_for_checkpointing(self.sched)
-    if not self.ds: acc.register_save_state_pre_hook(_trainable_only)
+    if not self.ds: acc.register_save_state_pre_hook(trainable_only)
 
 # %% ../nbs/12f_train.ipynb #hvc4ka6f
 @patch
@@ -114,7 +114,7 @@ def _seed_generators(self:TrainingRun):
 def setup_engine(self:TrainingRun):
     "Load the policy, check every process holds the same, wrap it and its optimizer in the engine, seed the generators"
     self._load_same_policy()
-    self.opt, self.sched = _adamw_with_warmup(self.params, self.upd, self.run.max_steps)
+    self.opt, self.sched = adamw_with_warmup(self.params, self.upd, self.run.max_steps)
     self._wrap_engine()
     self._seed_generators()
 
@@ -174,7 +174,7 @@ def _first_rollout(out:Path, ckpt, device)->tuple:
     p = out/'first_rollout.pt'
     if not (ckpt and p.exists()): return None, None
     f = torch.load(p, weights_only=False)
-    return _rollout_to(f['r'], device), f['records']
+    return f['r'].to(device), f['records']
 
 # %% ../nbs/12f_train.ipynb #yjm5bkhe
 @patch
@@ -223,7 +223,7 @@ def _replayed(run:RunCfg, i:int, rank:int, world:int, roll:RolloutCfg, device)->
     cat = {f.name: torch.cat([getattr(r_, f.name) for r_ in rs]) for f in fields(rs[0])
            if isinstance(getattr(rs[0], f.name), Tensor)}
     b = roll.per_device_batch
-    return _rollout_to(dataclasses.replace(rs[0], **{k: v[rank * b:(rank + 1) * b] for k, v in cat.items()}), device)
+    return dataclasses.replace(rs[0], **{k: v[rank * b:(rank + 1) * b] for k, v in cat.items()}).to(device)
 
 # %% ../nbs/12f_train.ipynb #ojcdfgl0
 @patch
@@ -240,7 +240,7 @@ def _cycle_rollouts(self:TrainingRun, cycle:list, t_phase:dict)->list:
 def _save_rollout(out:Path, i:int, rank:int, r:Rollout):
     "Keep rollout batch `i` of process `rank` under `out/rollouts`"
     (out/'rollouts').mkdir(parents=True, exist_ok=True)
-    torch.save(_rollout_to(r, 'cpu'), out/'rollouts'/f"batch{i:06d}-rank{rank}.pt")
+    torch.save(r.to('cpu'), out/'rollouts'/f"batch{i:06d}-rank{rank}.pt")
 
 # %% ../nbs/12f_train.ipynb #k4nv8krk
 @patch
@@ -260,7 +260,7 @@ def _keep_first(self:TrainingRun):
     "Keep the run's first rollout batch and its records for the report, in the run's folder too"
     self.first, self.first_recs = self.buffer[0].r, self.buffer[0].records
     if self.main:
-        torch.save(dict(r=_rollout_to(self.first, 'cpu'), records=self.first_recs), self.out/'first_rollout.pt')
+        torch.save(dict(r=self.first.to('cpu'), records=self.first_recs), self.out/'first_rollout.pt')
 
 # %% ../nbs/12f_train.ipynb #nmh4l5vo
 @patch
@@ -342,7 +342,7 @@ def log_step(self:TrainingRun, mets:dict, pairs:int, grad_norm:float, finite:boo
     st, buf, B = self.state, self.buffer, self.roll.per_device_batch
     rm = {k: sum(b.metrics[k] for b in buf) / len(buf) for k in buf[0].metrics}
     row = dict(step=st['step'], **rm, **mets, grad_norm=grad_norm, lr=lr, skipped=int(not finite),
-               skipped_total=st['skipped'], optimizer_steps=_adam_steps(self.opt),
+               skipped_total=st['skipped'], optimizer_steps=adam_steps(self.opt),
                fwd_per_seq=(self.roll.steps if t_phase['rollout'] else 0) + pairs / (B * len(buf)),
                **{f"{k}_s": v for k, v in t_phase.items()})
     # the device's peak memory so far, on a GPU
@@ -379,7 +379,7 @@ def one_step(self:TrainingRun):
     self.log_step(mets, pairs, grad_norm, finite, lr, t_phase)
     # stops the run after max_skipped_steps skipped steps in a row
     self.guard.check(grad_norm=grad_norm, **mets)
-    preempted = _any_process(self.acc, self.stop.requested)
+    preempted = any_process(self.acc, self.stop.requested)
     due = self.run.save_steps and st['step'] % self.run.save_steps == 0
     if due or st['step'] == self.run.max_steps or preempted: self.save(st['step'])
     if preempted: self.exit_preempted()
