@@ -19,8 +19,8 @@ OUT = ROOT/'nbs'/'explanations'/'results'/'cache_refresh.json'
 TASKS = dict(order=('toy_order.yaml', (8, 4)), sudoku=('toy_sudoku.yaml', (16, 8)))
 SEEDS = (10_007, 10_008, 10_009)
 RL_SEEDS = (0, 1, 2)
-# RL runs of Sudoku at 64 completions per step (the experiment's sudoku suites), a quarter of the default's cost
-RL_ARGS = dict(sudoku=['--per_device_batch', '64'], order=[])
+# RL runs at 64 completions per step (the experiment's sudoku and order suites; the order default takes 256)
+RL_ARGS = dict(sudoku=['--per_device_batch', '64'], order=['--per_device_batch', '64'])
 SETTINGS = (('none', 0), ('prefix', 0), ('prefix', 4), ('prefix', 2), ('prefix', 1))
 RUNS = ROOT/'nbs'/'explanations'/'results'/'cache_refresh_rl'
 

@@ -1,21 +1,20 @@
 """Does learning the order help? The toy-scale experiment behind nbs/explanations/order_experiment.ipynb.
 
-    python scripts/experiment.py --jobs 2            # every suite, arm and seed (84 runs); skips finished runs
+    python scripts/experiment.py --jobs 2            # every suite, arm and seed; skips finished runs
     python scripts/experiment.py --suites sudoku --seeds 0 1 --jobs 2
     python scripts/experiment.py --list              # the runs and whether their results exist
     python scripts/experiment.py --summarise         # only rebuild the tables (summary.json) from the saved runs
 
 Every run is `mapg.train.train` on a toy config with a few fields overridden, paired by RL seed across arms: the
-`sudoku` suites on the toy default (configs/toy_sudoku.yaml, from data/toy/toy_sudoku_pretrained), the `order` suites on
-the order task (configs/toy_order.yaml, from data/toy/toy_order_pretrained). After RL the runner scores
-the policy on the held-out puzzles twice: greedily (`mapg.scoring.greedy_eval`, the figures the trainer prints: the paper's protocol) and by
-sampling with the rollout settings (`mapg.scoring.sampled_eval`: the policy RL optimises). Each run's figures, training curves and settings go to
-RESULTS/<suite>/<arm>_s<seed>.json; a run whose file exists is skipped, so the command resumes where it stopped.
-The `order` suites are a synthetic task on which the decoding order provably matters (`mapg.rewards.order_reward`);
-an `order` run is exactly `accelerate launch scripts/train.py --config configs/toy_order.yaml --seed S` (--pos_weight 0
-for token-only), whose printout ends with this suite's figures.
-Every run is one CPU thread; the 84 runs took about 80 minutes with two at a time on a 2-core CPU shared with
-other jobs (runs/experiment/ keeps the run directories).
+`default` suite is the toy default, the order task (configs/toy_order.yaml as it is, from data/toy/toy_order_pretrained):
+a `default` run is exactly `accelerate launch scripts/train.py --seed S` (--pos_weight 0 for token-only), whose
+printout ends with this suite's figures. The `order` suites are the same task at 64 completions per step, the `sudoku`
+suites the Sudoku toy (configs/toy_sudoku.yaml, from data/toy/toy_sudoku_pretrained). After RL the runner scores the
+policy on the held-out prompts greedily (`mapg.scoring.greedy_eval`, the paper's protocol), by sampling with the
+rollout settings (`mapg.scoring.sampled_eval`: the policy RL optimises) and by the low-temperature decoder at each
+tau_pos of `PL_TAUS` (`mapg.scoring.pl_decoder`); order runs also keep the first step's position scores. Each run's
+figures, training curves and settings go to RESULTS/<suite>/<arm>_s<seed>.json; a run whose file exists is skipped, so
+the command resumes where it stopped. Every run is one CPU thread (runs/experiment/ keeps the run directories).
 """
 import argparse, json, math, os, shutil, sys, time
 from dataclasses import asdict, replace
@@ -28,13 +27,13 @@ RESULTS = ROOT/'nbs'/'explanations'/'results'
 
 NOCLIP = '1e9'                                        # max_grad_norm that never clips
 SUITES = {
-    # the toy default: 20 steps of 256 completions, T=8 steps for 16 cells (two cells per step)
-    'default': dict(base=[], arms={
+    # the toy default: the order task (configs/toy_order.yaml as it is), 20 steps of 256 completions
+    'default': dict(task='order', base=[], arms={
         'token_only':   ['--pos_weight', '0'],
         'mask_aware_1': ['--pos_weight', '1'],
     }),
-    # the toy default until 2026-11-28, 64 completions per step (its arms, controls and variants below)
-    'sudoku': dict(base=['--per_device_batch', '64'], arms={
+    # the Sudoku toy (configs/toy_sudoku.yaml as it is), T=8 steps for 16 cells (two cells per step)
+    'sudoku': dict(task='sudoku', base=[], arms={
         'token_only':          ['--pos_weight', '0'],
         'mask_aware_1':        ['--pos_weight', '1'],
         'mask_aware_1_noclip': ['--pos_weight', '1', '--max_grad_norm', NOCLIP],
@@ -43,27 +42,28 @@ SUITES = {
         'token_only_noclip':   ['--pos_weight', '0', '--max_grad_norm', NOCLIP],
     }),
     # four cells per step: where the paper says the order should matter more
-    'sudoku_4cells': dict(base=['--per_device_batch', '64', '--steps', '4', '--n_segments', '4', '--segments_per_update', '2'], arms={
+    'sudoku_4cells': dict(task='sudoku', base=['--steps', '4', '--n_segments', '4', '--segments_per_update', '2'], arms={
         'token_only':   ['--pos_weight', '0'],
         'mask_aware_1': ['--pos_weight', '1'],
     }),
-    # the synthetic task where one order is provably better (configs/toy_order.yaml as it is)
-    'order': dict(base=[], arms={
+    # the synthetic task where one order is provably better, at 64 completions per step (the toy default's size
+    # until 2026-11-28)
+    'order': dict(task='order', base=['--per_device_batch', '64'], arms={
         'token_only':   ['--pos_weight', '0'],
         'mask_aware_1': ['--pos_weight', '1'],
     }),
 }
 # the toy default with three times the RL steps
-SUITES['sudoku_long'] = dict(base=['--per_device_batch', '64', '--max_steps', '60'], arms={k: SUITES['sudoku']['arms'][k] for k in ('token_only', 'mask_aware_1')})
+SUITES['sudoku_long'] = dict(task='sudoku', base=['--max_steps', '60'], arms={k: SUITES['sudoku']['arms'][k] for k in ('token_only', 'mask_aware_1')})
 # the order task with three times the RL steps: does token-only catch up?
-SUITES['order_long'] = dict(base=SUITES['order']['base'] + ['--max_steps', '60'], arms=dict(SUITES['order']['arms']))
+SUITES['order_long'] = dict(task='order', base=SUITES['order']['base'] + ['--max_steps', '60'], arms=dict(SUITES['order']['arms']))
 CURVE_KEYS = ('reward', 'accuracy', 'solved', 'pos_entropy', 'tok_entropy', 'ratio_token', 'ratio_pos', 'clip_frac_token',
               'clip_frac_pos', 'loss_token', 'loss_pos', 'grad_norm')
 
 # ---------------------------------------------------------------------------------------------------------------
 def run_args(suite:str, arm:str, seed:int, a)->list:
     s = SUITES[suite]
-    task = 'order' if suite.startswith('order') else 'sudoku'
+    task = SUITES[suite]['task']
     return ['--config', str(CONFIG[task]), '--model', str(PRETRAINED[task]), '--model_kind', 'toy', '--seed', str(seed),
             '--output_dir', str(Path(a.work)/suite/f"{arm}_s{seed}"), '--report', 'false', '--progress', 'false',
             '--save_steps', '0', '--eval_size', '0', *(['--max_steps', str(a.max_steps)] if a.max_steps else []),
@@ -88,7 +88,7 @@ def one_run(suite:str, arm:str, seed:int, a)->dict:
     greedy = greedy_eval(m, held, run.task, roll)
     after_s = sample_metrics(m, held, roll, suite)
     after_pl = decoder_metrics(m, held, roll, suite)
-    scores = first_step_scores(m, held, roll) if suite.startswith('order') else None
+    scores = first_step_scores(m, held, roll) if SUITES[suite]['task'] == 'order' else None
     rows = [json.loads(l) for l in (out/'metrics.jsonl').read_text().splitlines() if l.strip()]
     curves = {k: [round(r_[k], 5) for r_ in rows] for k in CURVE_KEYS if k in rows[0]}
     res = dict(suite=suite, arm=arm, seed=seed, args=args[args.index('--seed'):], wall_s=round(wall, 1),
@@ -99,14 +99,15 @@ def one_run(suite:str, arm:str, seed:int, a)->dict:
 def sample_metrics(m, held, roll, suite:str)->dict:
     "Sampled held-out metrics (`mapg.scoring.sampled_eval`); for the order task also the share decoded in the good order"
     from mapg.scoring import sampled_eval
-    return {k: round(v, 5) for k, v in sampled_eval(m, held, 'order' if suite.startswith('order') else 'sudoku', roll).items()}
+    return {k: round(v, 5) for k, v in sampled_eval(m, held, SUITES[suite]['task'], roll).items()}
 
-PL_TAUS = (0.03, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5)                     # the low-temperature decoder's sweep
+# the low-temperature decoder's sweep
+PL_TAUS = (0.03, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5)
 
 def decoder_metrics(m, held, roll, suite:str)->dict:
     "{tau_pos: held-out metrics of the low-temperature decoder (`mapg.scoring.pl_decoder`)} for each of `PL_TAUS`"
     from mapg.scoring import sampled_eval, pl_decoder
-    task = 'order' if suite.startswith('order') else 'sudoku'
+    task = SUITES[suite]['task']
     return {str(t): {k: round(v, 5) for k, v in sampled_eval(m, held, task, roll, settings=pl_decoder(roll, t)).items()}
             for t in PL_TAUS}
 
@@ -139,7 +140,7 @@ def before_metrics(suite:str, a)->dict:
     held = eval_records(replace(run, eval_size=a.eval_size), m.tokenizer)
     return dict(suite=suite, eval_size=len(held), greedy_before=greedy_eval(m, held, run.task, roll),
                 sampled_before=sample_metrics(m, held, roll, suite), pl_before=decoder_metrics(m, held, roll, suite),
-                first_step=first_step_scores(m, held, roll) if suite.startswith('order') else None)
+                first_step=first_step_scores(m, held, roll) if SUITES[suite]['task'] == 'order' else None)
 
 def _write(path:Path, obj, indent=None):
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +171,7 @@ def paired(xs:dict, ys:dict)->dict:
 def summarise(results:Path, write:bool=True)->dict:
     "Per suite and arm, mean and std over seeds of every final metric, and paired differences with token_only (written to summary.json)"
     out = {}
-    for sd in sorted(p for p in results.iterdir() if p.is_dir()):
+    for sd in sorted(p for p in results.iterdir() if p.is_dir() and p.name in SUITES):
         runs = [json.loads(p.read_text()) for p in sorted(sd.glob('*_s*.json'))]
         if not runs: continue
         before = json.loads((sd/'before.json').read_text()) if (sd/'before.json').exists() else {}

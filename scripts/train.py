@@ -4,13 +4,14 @@
     accelerate launch --config_file configs/accelerate/8gpu_zero2.yaml scripts/train.py --config configs/llada_gsm8k.yaml
     python scripts/train.py --help                                      # every field
 
-Fields come from --config (YAML), then from the command line (`--field value`). Without --config the toy default
-(configs/toy_sudoku.yaml) is used, and its printout ends with both arms of the saved experiment (mask-aware and
-token-only RL over six seeds, `scripts/experiment.py`). The order task (--config configs/toy_order.yaml), where the
-decoding order matters, is also scored by sampling with the rollout settings before and after RL, with the share of
-samples decoded in the good order, and its printout ends with both arms of its saved experiment. A bad field or file
-prints `error: FIELD: reason` and exits 2 (`--debug`: the traceback); SIGTERM or Ctrl-C saves a checkpoint at the end
-of the current step and prints the command that resumes the run."""
+Fields come from --config (YAML), then from the command line (`--field value`). Without --config the toy default is
+used: the order task (configs/toy_order.yaml), where the decoding order provably matters. A toy run (the default, or
+--config configs/toy_sudoku.yaml) is scored before and after RL greedily (the paper's protocol), by sampling with the
+rollout settings (the policy RL trains) and by the low-temperature decoder (argmax tokens, Plackett-Luce positions),
+the order task with the share of completions decoded in the good order; its printout ends with both arms of its saved
+experiment (mask-aware and token-only RL over several seeds, `scripts/experiment.py`). A bad field or file prints
+`error: FIELD: reason` and exits 2 (`--debug`: the traceback); SIGTERM or Ctrl-C saves a checkpoint at the end of the
+current step and prints the command that resumes the run."""
 import json, os, sys
 from pathlib import Path
 from mapg.faults import cli_main
@@ -38,6 +39,9 @@ def both_arms(path:Path=SUMMARY, suite:str='sudoku', how:str='greedy', keys:tupl
     return '\n'.join(lines) if len(lines) > 1 else ''
 
 ORDER_KEYS = ('accuracy', 'solved', 'good_order')
+# each toy's saved experiment suite (the config's settings) and the figures its printout ends with
+SAVED = dict(toy_order=('default', (('greedy', ('accuracy', 'solved')), ('sampled', ORDER_KEYS))),
+             toy_sudoku=('sudoku', (('greedy', ('accuracy', 'solved')),)))
 
 def print_decoded(f:dict, n:int, keys:tuple=ORDER_KEYS):
     "A toy's figures under each decoder of `DECODERS` that `train` scored, before and after RL"
@@ -55,14 +59,16 @@ def end_process_group():
 
 def main(args:list):
     default = not any(a.split('=')[0] == '--config' for a in args) and not {'-h', '--help'} & set(args)
-    if default: args = ['--config', str(ROOT/'configs'/'toy_sudoku.yaml'), *args]
+    if default: args = ['--config', str(ROOT/'configs'/'toy_order.yaml'), *args]
     run, roll, upd = parse_cfg(args)
     try: s = train(run, roll, upd)
     finally: end_process_group()
     main_process = os.environ.get('RANK', '0') == '0'
     if s.get('sampled_after') and main_process:      # a toy: train() scored the sampled policy and the decoder too
         print_decoded(s, run.eval_size, ORDER_KEYS if run.task == 'order' else ('accuracy', 'solved'))
-        if run.dataset == 'toy_order' and (txt := both_arms(suite='order', how='sampled', keys=ORDER_KEYS)): print(txt)
-    if default and s.get('after') and (txt := both_arms()): print(txt)
+    if s.get('after') and main_process and run.dataset in SAVED:
+        suite, figures = SAVED[run.dataset]
+        for how, keys in figures:
+            if txt := both_arms(suite=suite, how=how, keys=keys): print(txt)
 
 if __name__ == '__main__': cli_main(main)
