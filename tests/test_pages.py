@@ -50,6 +50,9 @@ def test_page_shows_the_runs_figures():
     b, a = s['before'], s['after']
     text = ''.join(''.join(c['source']) for c in cells.values())
     assert f"before RL: {_fmt(b)}\nafter RL:  {_fmt(a)}" in text            # the printed lines the page quotes
+    for name in ('sampled', 'pl'):                                        # and the other decoders' lines
+        sb, sa = (', '.join(f"{k} {s[f'{name}_{w}'][k]:.3f}" for k in ('accuracy', 'solved')) for w in ('before', 'after'))
+        assert f"  before RL: {sb}\n  after RL:  {sa}\n" in text
     table = _outputs(cells['d66b8034'])
     for k in ('accuracy', 'solved'): assert f"| {k} | {b[k]:.1%} | {a[k]:.1%} | {100 * (a[k] - b[k]):+.1f} points |" in table
     readme = (ROOT/'README.md').read_text()
