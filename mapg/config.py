@@ -79,7 +79,7 @@ class RolloutCfg:
     pos_temperature:float=0.5             # tau_pos: Plackett-Luce temperature
     score:str='max_logit'                 # unmasking score: max_logit | max_logprob | token_logprob
     # 'prefix': keep the prompt's and finished blocks' key/values and run each step over the current block only (an
-    # exact, different policy: a few points less accurate on the toys before RL; the cache page has its price);
+    # exact, different policy: up to 3 points less accurate on the toys after RL; the cache page has its price);
     # 'none': the full canvas every step
     cache:str='none'
     # cache='prefix': record the prefix's key/values again every this many steps of a block (0: once a block; 1: every
