@@ -52,7 +52,7 @@ def train(run:RunCfg, roll:RolloutCfg, upd:UpdateCfg)->dict:
 
 # %% ../nbs/12f_train.ipynb #016c7478
 class TrainingRun:
-    "One run of `train`: its policy and engine, counters, rollout buffer, log and summary; `fit` takes its steps"
+    "One run of `train`: its policy and engine, counters, rollout buffer, log and summary; `fit` takes its phases"
     def __init__(self, run:RunCfg, roll:RolloutCfg, upd:UpdateCfg,
                  acc:Accelerator,        # the run's accelerator (not yet `prepare`d)
                  cfg:dict,               # the resolved configuration
@@ -66,17 +66,35 @@ class TrainingRun:
         # the cross-process gather and sum (None: one process)
         self.gather = acc.gather if self.world > 1 else None
         self.reduce = (lambda x: acc.reduce(x, 'sum')) if self.world > 1 else None
+        # the prompts of one global batch; the guard that stops the run after too many skipped steps in a row
+        self.n_prompts = roll.per_device_batch * self.world // roll.group_size
+        self.guard = StepGuard(run.max_skipped_steps)
         self.summary = dict(output_dir=str(out))
+        # The rest is None until the phase named fills it. `setup_engine`: the policy `m`, its trainable `params`,
+        # the optimizer `opt` and its schedule `sched`, the engine's `net` and `popt`, the generators `gens`
+        self.m = self.params = self.opt = self.sched = self.net = self.popt = self.gens = None
+        # `setup_state`: the training and held-out `records`, the counters `state`, the cycle's rollout `buffer`
+        self.records = self.held = self.state = self.buffer = None
+        # `open_log`: where the prompts stand, metrics.jsonl (the main process's; None elsewhere), the progress bar
+        self.prompt_state = self.log = self.bar = None
+        # `open_log` (a resumed run's) or the first `sample_cycle`: the first rollout batch and its records
+        self.first = self.first_recs = None
 
 # %% ../nbs/12f_train.ipynb #urw90bzj
 @patch
 def fit(self:TrainingRun)->dict:
-    "Set up, take optimizer steps until `max_steps`, then evaluate and report: the summary, with the `model`"
+    "Take the run's phases in order, each reading what those before it filled: the summary, with the `model`"
     t0 = time.perf_counter()
+    # the policy, its optimizer and the engine first: a resumed checkpoint is loaded into them
     self.setup_engine()
     # loading the policy and building the engine, in the summary
     self.summary['setup_s'] = time.perf_counter() - t0
-    self.setup_state(); self.evaluate_before(); self.open_log()
+    # the prompts and the counters (a resumed run's, with its weights, optimizer state and generators)
+    self.setup_state()
+    # the policy as it stands before the first step (a resumed run's saved evaluation)
+    self.evaluate_before()
+    # metrics.jsonl cut to the counters' step; the first step's cycle starts where the counters say
+    self.open_log()
     while self.state['step'] < self.run.max_steps: self.one_step()
     return self.finish()
 
@@ -147,7 +165,7 @@ def setup_state(self:TrainingRun):
 
 # %% ../nbs/12f_train.ipynb #94lvb67n
 @patch
-def greedy(self:TrainingRun)->dict:
+def evaluate_greedy(self:TrainingRun)->dict:
     "`greedy_eval` of the policy on the held-out prompts, sharded over the processes"
     return greedy_eval(self.m, self.held, self.run.task, self.roll, workers=self.run.reward_workers, rank=self.rank,
                        world=self.world, reduce=self.reduce)
@@ -164,7 +182,7 @@ def evaluate_before(self:TrainingRun):
     s, ckpt = self.summary, self.ckpt
     if ckpt and (ckpt/'eval_before.json').exists(): s['before'] = json.loads((ckpt/'eval_before.json').read_text())
     elif self.held:
-        s['before'] = self.greedy()
+        s['before'] = self.evaluate_greedy()
         if self.main: (self.out/'eval_before.json').write_text(json.dumps(s['before']))
     if self.main and 'before' in s: print(f"before RL: {_metrics_line(s['before'])}")
 
@@ -196,14 +214,12 @@ def _open_bar(self:TrainingRun):
 # %% ../nbs/12f_train.ipynb #wz8kp660
 @patch
 def open_log(self:TrainingRun):
-    "metrics.jsonl (a resumed run's rows after its checkpoint dropped), the first rollout, the skip guard, the bar"
-    self.n_prompts = self.roll.per_device_batch * self.world // self.roll.group_size
+    "metrics.jsonl (a resumed run's rows after its checkpoint dropped), the prompts' place, the first batch, the bar"
     self.prompt_state = dict(epoch=self.state['epoch'], cursor=self.state['cursor'])
     self._trim_log()
     # a fresh start drops rows of a run that died before saving
     self.log = (self.out/'metrics.jsonl').open('a' if self.ckpt else 'w') if self.main else None
     self.first, self.first_recs = _first_rollout(self.out, self.ckpt, self.m.device)
-    self.guard = StepGuard(self.run.max_skipped_steps)
     self._open_bar()
 
 # %% ../nbs/12f_train.ipynb #7mbuiyao
@@ -244,7 +260,7 @@ def _save_rollout(out:Path, i:int, rank:int, r:Rollout):
 
 # %% ../nbs/12f_train.ipynb #k4nv8krk
 @patch
-def _stage_batch(self:TrainingRun, recs:list, rollout:Rollout, t_phase:dict):
+def _score_batch(self:TrainingRun, recs:list, rollout:Rollout, t_phase:dict):
     "Score one rollout batch of the cycle and give its advantages, into the buffer (and `output_dir/rollouts`)"
     run, st = self.run, self.state
     b, t = rollout_stage(self.m, recs, self.roll, self.upd, run.task, self.gens['rollout'], self.rank, self.world,
@@ -267,7 +283,7 @@ def _keep_first(self:TrainingRun):
 def sample_cycle(self:TrainingRun, t_phase:dict):
     "A new cycle's `grad_accum` rollout batches (sampled in one call, or replayed), scored, in the buffer"
     self.buffer, cycle = [], self._cycle_records()
-    for recs, r in zip(cycle, self._cycle_rollouts(cycle, t_phase)): self._stage_batch(recs, r, t_phase)
+    for recs, r in zip(cycle, self._cycle_rollouts(cycle, t_phase)): self._score_batch(recs, r, t_phase)
     self.state['epoch'], self.state['cursor'] = self.prompt_state['epoch'], self.prompt_state['cursor']
     if self.first is None: self._keep_first()
 
@@ -289,7 +305,7 @@ def _process_mean(self:TrainingRun, mets:dict)->dict:
 
 # %% ../nbs/12f_train.ipynb #dbl1nzrz
 @patch
-def update(self:TrainingRun)->tuple:
+def accumulate_gradients(self:TrainingRun)->tuple:
     "Differentiate the loss of every buffered batch, each with fresh segments: (loss metrics, pairs forwarded)"
     acc, m, mets, pairs = self.acc, self.m, {}, 0
     for b in self.buffer:
@@ -372,7 +388,7 @@ def one_step(self:TrainingRun):
     t0, skipped_before = time.perf_counter(), getattr(self.net, 'skipped_steps', 0)
     # the rate this step uses
     lr = self.opt.param_groups[0]['lr']
-    mets, pairs = self.update()
+    mets, pairs = self.accumulate_gradients()
     grad_norm, finite = self.step_optimizer(mets, skipped_before)
     t_phase['update'] = time.perf_counter() - t0
     self._count_step(finite)
@@ -429,7 +445,7 @@ def finish(self:TrainingRun)->dict:
     check_same_params(self.acc, self.m.model, 'end')
     run, held, main, s = self.run, self.held, self.main, self.summary
     if held:
-        s['after'] = self.greedy()
+        s['after'] = self.evaluate_greedy()
         if main: print(f"after RL:  {_metrics_line(s['after'])}")
     # a toy: the sampled policy (the one RL trains) and the low-temperature decoder, before and after
     if main and held and run.dataset in TOY_TASKS: self._sampled_evals()

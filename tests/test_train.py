@@ -138,3 +138,19 @@ def test_loss_metrics_are_averaged_over_processes_in_one_collective():
     assert len(calls) == 1 and calls[0][1] == 'mean' and calls[0][0].tolist() == [1., .5, .75]
     assert got == {'loss': 2., 'ratio_token': -0.25, 'kl': 0.5} and list(got) == ['loss', 'ratio_token', 'kl']
     assert TrainingRun._process_mean(SimpleNamespace(world=1), {'loss': 1.}) == {'loss': 1.}
+
+def test_fit_adds_no_attribute(tmp_path, cache):
+    "Every attribute a run has is declared by `TrainingRun.__init__`: `fit` (fresh, and resumed) adds none"
+    from mapg.engine import make_accelerator
+    from mapg.config import resolved_config
+    from mapg.faults import Preemption
+    from mapg.train import TrainingRun
+    for steps, ckpt in (('2', None), ('3', tmp_path/'run'/'checkpoint-2')):
+        run, roll, upd = cfg(tmp_path/'run', cache, '--max_steps', steps, '--save_steps', '1', '--eval_size', '4',
+                             '--report', 'true', '--no_progress')
+        tr = TrainingRun(run, roll, upd, make_accelerator(run, roll, upd), resolved_config(run, roll, upd),
+                         Path(run.output_dir), ckpt, Preemption())
+        declared = set(vars(tr))
+        s = tr.fit()
+        assert set(vars(tr)) == declared, set(vars(tr)) ^ declared
+        assert tr.state['step'] == int(steps) and tr.first is not None and 'report' in s
