@@ -224,7 +224,7 @@ def is_toy_dir(path:str|Path)->bool:
     return vocab == toy_tokenizer().get_vocab()
 
 # %% ../nbs/13c_eval_args.ipynb #ddda09d2
-def toy_default(dataset:str='toy_sudoku' # a toy dataset: 'toy_sudoku' (the toy default's) or 'toy_order'
+def toy_default(dataset:str='toy_sudoku' # a toy dataset: 'toy_sudoku' or 'toy_order' (the toy default's)
                )->Path|None:
     "A toy dataset's configuration, `configs/<dataset>.yaml` of a source checkout (None where there is none)"
     import mapg

@@ -102,8 +102,10 @@ def _decoded(res:dict, name:str='sampled')->list:
     "(row, cell) of every cell with the trainer's figures under decoder `name` of `DECODERS` (a toy), row by row"
     return [(r, c) for r in res['rows'] for c in r['cells'].values() if c.get(name)]
 
+# %% ../nbs/13b_eval_results.ipynb #ddf81a1d
 def _keys(c:dict, name:str)->list: return [k for k in SAMPLED_KEYS if k in c[name]]
 
+# %% ../nbs/13b_eval_results.ipynb #8e25ca29
 def _decoded_columns(res:dict, keys:list)->list:
     "(decoder, (task, L, block), metric) of every figure of a toy's other decoders, in the chart's order"
     out = []

@@ -136,6 +136,7 @@ def sampled_eval(m:MDLM, records:list, task:str, roll:RolloutCfg, batch:int=64, 
 # the low-temperature decoder's tau_pos (chosen by the sweep on the order experiment's page)
 PL_DECODER_TAU = 0.1
 
+# %% ../nbs/12b_scoring.ipynb #7ed38308
 def pl_decoder(roll:RolloutCfg,                    # the run's rollout settings (its score, lengths, steps, cache)
                pos_temperature:float=PL_DECODER_TAU # tau_pos of the position draws
               )->GenSettings:
