@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from .paper import TASK_NAMES, PUBLISHED, PaperTable
+from .report import DECODERS
 
 # %% auto #0
-__all__ = ['SAMPLED_KEYS', 'DECODERS', 'summarize', 'Results', 'markdown_tables', 'results_figure', 'write_results']
+__all__ = ['SAMPLED_KEYS', 'summarize', 'Results', 'markdown_tables', 'results_figure', 'write_results']
 
 # %% ../nbs/13b_eval_results.ipynb #716df31d
 def summarize(items:list)->dict:
@@ -35,9 +36,6 @@ def summarize(items:list)->dict:
 # %% ../nbs/13b_eval_results.ipynb #dc4f4d9f
 # the toys' figures beyond greedy, in the order the trainer prints them (good_order: the order task only)
 SAMPLED_KEYS = ('accuracy', 'solved', 'good_order')
-# (a cell's key, its label in the chart, what it holds): the decoders the trainer scores a toy with besides greedy
-DECODERS = (('sampled', 'sampled', "sampled with the rollout settings (the policy RL trains)"),
-            ('pl', 'PL decoder', "low-temperature decoder (argmax tokens, Plackett-Luce positions at tau_pos 0.1)"))
 
 # %% ../nbs/13b_eval_results.ipynb #f7033f8b
 def _fmt_score(v): return '-' if v is None else f"{v:.1f}"

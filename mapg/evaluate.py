@@ -19,7 +19,8 @@ from .config import TOY_TASKS
 from .scoring import prompt_batch, completions_text, score_completions, eval_records, sampled_eval, pl_decoder
 from .paper import PUBLISHED
 from .eval_protocol import PAPER_TASKS, EOS_MARKERS, paper_records, paper_score, parse_answer
-from .eval_results import DECODERS, summarize, Results, markdown_tables, write_results
+from .eval_results import summarize, Results, markdown_tables, write_results
+from .report import DECODERS
 from .eval_args import (EvalArgs, Cell, parse_eval_args, checkpoint_weights, eval_checkpoints, resolve, run_cfgs,
                             shown_name, model_kind, base_model)
 if TYPE_CHECKING:

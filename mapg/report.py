@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import torch
 from .sampler import Rollout
-from .eval_results import DECODERS
 
 # %% auto #0
-__all__ = ['PANELS', 'COLORS', 'read_metrics', 'merge_equal', 'metrics_figure', 'puzzles_of', 'given_mask', 'prompt_groups',
-           'order_heatmap', 'unmask_order_heatmap', 'order_grid', 'given_vs_blank', 'config_table', 'eval_table',
-           'write_report']
+__all__ = ['PANELS', 'COLORS', 'DECODERS', 'read_metrics', 'merge_equal', 'metrics_figure', 'puzzles_of', 'given_mask',
+           'prompt_groups', 'order_heatmap', 'unmask_order_heatmap', 'order_grid', 'given_vs_blank', 'config_table',
+           'eval_table', 'write_report']
 
 # %% ../nbs/11b_report.ipynb #802c40fd
 def read_metrics(out:str|Path  # a run's output directory
@@ -208,6 +207,11 @@ def config_table(cfg:dict,     # the run's configuration (`config.json`)
                          + (f'{v:.4g}' if isinstance(v, float) else html.escape(str(v))) + '</td>')
     row = lambda i: '<tr>' + ''.join(cell(*c[i]) if i < len(c) else '<th></th><td></td>' for c in chunks) + '</tr>'
     return '<table class="cfg">' + ''.join(row(i) for i in range(per)) + '</table>'
+
+# %% ../nbs/11b_report.ipynb #d6717ee8
+# (a summary's key, its label in a chart, what it holds): the decoders the trainer scores a toy with besides greedy
+DECODERS = (('sampled', 'sampled', "sampled with the rollout settings (the policy RL trains)"),
+            ('pl', 'PL decoder', "low-temperature decoder (argmax tokens, Plackett-Luce positions at tau_pos 0.1)"))
 
 # %% ../nbs/11b_report.ipynb #35a0670a
 def eval_table(before:dict,    # metric -> value before RL

@@ -17,7 +17,7 @@ from pathlib import Path
 from mapg.faults import cli_main
 from mapg.config import parse_cfg
 from mapg.train import train
-from mapg.eval_results import DECODERS
+from mapg.report import DECODERS
 
 ROOT = Path(__file__).resolve().parent.parent
 ARMS = (('mask_aware_1', 'mask-aware (pos_weight 1)'), ('token_only', 'token-only (pos_weight 0)'))

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 import pytest, torch
 from mapg.eval_args import EvalArgs, resolve
-from mapg.eval_results import results_figure, SAMPLED_KEYS, DECODERS
+from mapg.eval_results import results_figure, SAMPLED_KEYS
+from mapg.report import DECODERS
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED = ROOT/'data'/'toy'/'toy_order_pretrained'

@@ -1,4 +1,4 @@
-"""The path after the first command: a toy run is trained, then evaluated with `scripts/eval.py`, which reads the run's
+"""The path after a toy's command: a Sudoku toy run is trained, then evaluated with `scripts/eval.py`, which reads the run's
 config.json and reproduces the figures the trainer printed, before RL (the shipped pretrained toy) and after RL (the
 run), to the last bit; the CPU accelerate configs launch without accelerate's "values were not passed" warning."""
 import json, os, sys
@@ -23,9 +23,10 @@ def _run(*args):
 
 @pytest.fixture(scope='module')
 def run(tmp_path_factory):
-    "A toy run as the first command writes it (the toy default), cut to 2 steps, a checkpoint each, N held-out puzzles"
+    "A Sudoku toy run as its command writes it (configs/toy_sudoku.yaml), cut to 2 steps, a checkpoint each, N held-out puzzles"
     out = tmp_path_factory.mktemp('run')/'toy_sudoku'
-    _run(ROOT/'scripts'/'train.py', '--max_steps', 2, '--save_steps', 1, '--eval_size', N, '--output_dir', out, '--report', 'false', '--progress', 'false')
+    _run(ROOT/'scripts'/'train.py', '--config', ROOT/'configs'/'toy_sudoku.yaml', '--max_steps', 2, '--save_steps', 1, '--eval_size', N,
+         '--output_dir', out, '--report', 'false', '--progress', 'false')
     return out, json.loads((out/'summary.json').read_text())
 
 def _figures(out:Path)->tuple:
@@ -61,7 +62,10 @@ def test_run_dir_has_the_base_models_row(run, tmp_path):
     from mapg.eval_results import results_figure
     fig = results_figure(res)
     assert [d.name for d in fig.data] == ['mapg, trainer protocol: base (toy_sudoku_pretrained)', 'mapg, trainer protocol: checkpoint-2']
-    assert list(fig.data[0].y) == [base['cells']['sudoku_L16_b16']['accuracy']]
+    from mapg.report import DECODERS
+    c = base['cells']['sudoku_L16_b16']
+    for n, *_ in DECODERS: assert c[n] == summary[f'{n}_before']                          # every bit, each decoder
+    assert list(fig.data[0].y) == [c['accuracy']] + [100 * c[n][k] for n, *_ in DECODERS for k in ('accuracy', 'solved')]
 
 def test_no_base_row(run, tmp_path):
     out, _ = run

@@ -61,7 +61,7 @@ def test_page_shows_the_runs_figures():
 
 def _printout(before:dict, run:dict, greedy_before:dict)->str:
     "The lines the default command prints for a run of the `default` suite (its greedy, sampled and decoder figures)"
-    from mapg.eval_results import DECODERS
+    from mapg.report import DECODERS
     f5 = lambda d: ', '.join(f"{k} {v:.5f}" for k, v in d.items())
     keys, lines = ('accuracy', 'solved', 'good_order'), [f"before RL: {f5(greedy_before)}", f"after RL:  {f5(run['greedy_after'])}"]
     for name, _, what in DECODERS:

@@ -70,9 +70,12 @@ def test_the_experiments_order_runs_are_the_config():
     sys.path.insert(0, str(ROOT/'scripts'))
     import experiment as E
     a = E.argparse.Namespace(work='/tmp/x', max_steps=None, eval_size=256)
-    for arm, w in (('mask_aware_1', 1.), ('token_only', 0.)):
-        exp = parse_cfg(E.run_args('order', arm, 3, a))
-        cmd = parse_cfg(['--config', str(CONFIG), '--seed', '3', '--pos_weight', str(w)])
+    # the `default` suite is the config as shipped; the `order` suite the same at 64 completions per step
+    runs = [(suite, size, arm, w) for suite, size in (('default', []), ('order', ['--per_device_batch', '64']))
+            for arm, w in (('mask_aware_1', 1.), ('token_only', 0.))]
+    for suite, size, arm, w in runs:
+        exp = parse_cfg(E.run_args(suite, arm, 3, a))
+        cmd = parse_cfg(['--config', str(CONFIG), '--seed', '3', '--pos_weight', str(w), *size])
         assert asdict(exp[1]) == asdict(cmd[1]) and asdict(exp[2]) == asdict(cmd[2])      # rollout and update: the same
         diff = {k for k, v in asdict(exp[0]).items() if asdict(cmd[0])[k] != v}
         assert diff <= {'model', 'model_kind', 'output_dir', 'save_steps', 'eval_size', 'report', 'progress'}, diff
