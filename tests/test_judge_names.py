@@ -8,7 +8,7 @@ import pytest
 from mapg.data import load_data
 from mapg.rewards import code_reward, code_tests, unsafe_names, UNSAFE_MODULES
 from mapg.sandbox import SandboxCfg
-from mapg.sandbox.judge import _jdg_names, _jdg_namespace
+from mapg.sandbox.judge import names_in_tests, _jdg_namespace
 
 CFG = SandboxCfg(timeout=20)
 # some shipped tests hold string escapes Python warns about when it parses them
@@ -26,7 +26,7 @@ def cases(r)->list: return code_tests(r['tests'], r['entry_point'])
 
 def std_read_free(r)->set:
     "The standard modules a task's tests read and that neither they nor its import lines bind (the entry point aside)"
-    loaded, bound, _ = _jdg_names(cases(r) + list(r['test_imports']))
+    loaded, bound, _ = names_in_tests(cases(r) + list(r['test_imports']))
     return (loaded - bound - {r['entry_point']}) & set(sys.stdlib_module_names)
 
 def task(i): return next(r for r in tasks() if r['id'] == i)
@@ -40,7 +40,7 @@ def namespace(r, fakes, monkeypatch)->tuple:
     "`(namespace, solution.__all__)` the judge builds for `r`'s tests; the program defines the entry point and `fakes`"
     monkeypatch.delitem(sys.modules, 'solution', raising=False)
     job = dict(entry_point=r['entry_point'], imports=list(r['test_imports']), helpers=r.get('helpers'),
-               names=_jdg_names(cases(r)))
+               names=names_in_tests(cases(r)))
     objs = {n: i for i, n in enumerate([r['entry_point'], *sorted(fakes)], 1)}
     return _jdg_namespace(job, {}, objs, Handle), sys.modules['solution'].__all__
 

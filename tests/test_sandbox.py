@@ -4,7 +4,8 @@ import os, shutil, signal, socket, subprocess, sys, tempfile, threading, time
 from pathlib import Path
 import pytest
 from mapg import sandbox
-from mapg.sandbox import SandboxCfg, run_program, run_many, _proc_uids
+from mapg.sandbox import SandboxCfg, run_program, run_many
+from mapg.sandbox.host import _proc_uids
 from mapg.rewards import code_reward, unsafe_names
 
 ROOT = os.geteuid() == 0
@@ -89,7 +90,7 @@ def test_fork_bomb():
     seen, stop = [0], threading.Event()
     def watch():   # count the bomb's processes while it runs (uids of this process's sandbox block)
         while not stop.is_set():
-            seen[0] = max(seen[0], sum(sandbox._UIDS.owns(u) for u in _proc_uids().values())); time.sleep(0.05)
+            seen[0] = max(seen[0], sum(sandbox.uid_pool.owns(u) for u in _proc_uids().values())); time.sleep(0.05)
     t = threading.Thread(target=watch); t.start()
     other = {}
     def neighbour(): other['r'] = run_program('x = 2', ['assert x * 21 == 42'], cfg=SandboxCfg(timeout=10))
@@ -300,6 +301,7 @@ def test_as_unprivileged_caller():
 def test_isolation_failure_refuses_to_run(monkeypatch):
     "A child that cannot isolate itself reports it and the program is not run: the caller gets a SandboxError"
     from mapg import sandbox
-    src = sandbox._child_source().replace("def _sbx_isolate(job):", "def _sbx_isolate(job):\n    raise PermissionError('no way')\n", 1)
-    monkeypatch.setattr(sandbox, '_child_source', lambda: src)
+    src = sandbox.child_program().replace("child_main()\n", "def no_way(job): raise PermissionError('no way')\n"
+                                          "sys.modules['mapg.sandbox.child'].confine = no_way\nchild_main()\n")
+    monkeypatch.setattr(sandbox, 'child_program', lambda: src)
     with pytest.raises(sandbox.SandboxError, match='no way'): sandbox.run_program("open('ran.txt', 'w')", ["assert True"])

@@ -6,7 +6,8 @@ import glob, os, signal, tempfile, threading, time
 from pathlib import Path
 import pytest
 from mapg import sandbox
-from mapg.sandbox import SandboxCfg, judge_program, run_program, _proc_uids
+from mapg.sandbox import SandboxCfg, judge_program, run_program
+from mapg.sandbox.host import _UidPool, _proc_uids
 from mapg.rewards import code_reward, score_batch
 
 ROOT = os.geteuid() == 0
@@ -38,7 +39,7 @@ def nothing_left(canary):
     yield
     assert canary.read_text() == 'canary', "a file outside the work dir changed"
     assert len(os.listdir('/proc/self/fd')) <= fds, "file descriptors leaked"
-    if ROOT: assert not [p for p, u in _proc_uids().items() if sandbox._UIDS.owns(u)], "a sandbox process survived"
+    if ROOT: assert not [p for p, u in _proc_uids().items() if sandbox.uid_pool.owns(u)], "a sandbox process survived"
     assert _ipc() == ipc, "a SysV IPC object survived the run"
     assert set(glob.glob(f'/tmp/mapg-sbx-{os.getpid()}-*')) <= dirs, "a work dir was left on disk"
     assert judge_program('def g(x): return 2 * x', ['assert g(21) == 42']).passed == [True]
@@ -227,8 +228,8 @@ def f(x): return ids
 @needs_full
 def test_zombies_daemons_and_uid_reuse(monkeypatch):
     "Zombies, setsid daemons and stopped children do not outlive the run nor count against the next run of the same uid"
-    pool = sandbox._UidPool(slots=2)   # one sandbox uid and one judge uid
-    monkeypatch.setattr(sandbox, '_UIDS', pool)
+    pool = _UidPool(slots=2)   # one sandbox uid and one judge uid
+    monkeypatch.setattr(sandbox, 'uid_pool', pool)
     leave = '''
 import os, signal, time
 kids = []

@@ -6,7 +6,9 @@ import glob, os, subprocess, sys, tempfile, time
 from pathlib import Path
 import pytest
 from mapg import sandbox
-from mapg.sandbox import SandboxCfg, judge_program, run_program, _proc_uids, _sbx_codec, _memcg_root
+from mapg.sandbox import SandboxCfg, judge_program, run_program
+from mapg.sandbox.host import _UidPool, _memcg_root, _proc_uids
+from mapg.sandbox.protocol import value_codec
 from mapg.rewards import code_reward, score_batch
 
 ROOT = os.geteuid() == 0
@@ -27,14 +29,14 @@ def execution(code, tests, cfg=CFG, **kw):
 
 def _memcgs():
     v, d = _memcg_root()
-    return {c for c in glob.glob(os.path.join(d, 'mapg-sbx-*')) if sandbox._UIDS.owns(int(c.rsplit('-', 1)[1]))} if v else set()
+    return {c for c in glob.glob(os.path.join(d, 'mapg-sbx-*')) if sandbox.uid_pool.owns(int(c.rsplit('-', 1)[1]))} if v else set()
 
 @pytest.fixture(autouse=True)
 def nothing_left():
     "After every case: no sandbox process, work dir or memory cgroup left, and the control program scores full credit"
     dirs, cgs = set(glob.glob(f'/tmp/mapg-sbx-{os.getpid()}-*')), _memcgs()
     yield
-    if ROOT: assert not [p for p, u in _proc_uids().items() if sandbox._UIDS.owns(u)], "a sandbox process survived"
+    if ROOT: assert not [p for p, u in _proc_uids().items() if sandbox.uid_pool.owns(u)], "a sandbox process survived"
     assert set(glob.glob(f'/tmp/mapg-sbx-{os.getpid()}-*')) <= dirs, "a work dir was left on disk"
     assert _memcgs() <= cgs, "a memory cgroup was left"
     assert execution(CONTROL, [f"assert f() == {SECRET}"]) == 1.
@@ -55,7 +57,7 @@ def f(x): return 0
 @pytest.mark.parametrize('kind', ['origin', 'module', 'dunders'])
 def test_forged_name_tables_are_not_resolved(kind):
     "A name table written to every pipe, naming `json.loads` as the origin of `f`, `f` a module, or dunder names"
-    enc = _sbx_codec()[0]
+    enc = value_codec()[0]
     msgs = dict(origin=(0, 'S', True, {}, {'f': 1}, {}, {'f': ('json', 'loads')}),      # json.loads('7…6') == 7…6
                 module=(0, 'S', True, {}, {'f': 1}, {'f': 'json'}, {'f': ('random', '_os.system')}),
                 dunders=(0, 'S', True, {'__path__': ['/usr/lib'], '__all__': ['eval']}, {'f': 1, '__getattr__': 2}))
@@ -229,15 +231,15 @@ def test_keyrings_locks_inotify_ptrace_and_namespaces_are_denied():
 @needs_seccomp
 def test_a_keyring_carries_nothing_to_the_next_run():
     "Run 1 stores the answer in the uid's keyring (denied); run 2 of the same uid finds nothing"
-    pool = sandbox._UidPool(slots=2)
-    old, sandbox._UIDS = sandbox._UIDS, pool
+    pool = _UidPool(slots=2)
+    old, sandbox.uid_pool = sandbox.uid_pool, pool
     try:
         store = PROBES.format(**NR) + f"def f(): add_key(); return {SECRET}"
         fetch = PROBES.format(**NR) + "def f():\n    k = libc.syscall({request_key}, b'user', b'mapg', None, -4)\n" \
                 "    return k if k > 0 else 0".format(request_key=NR['add_key'] + 1)
         assert execution(store, [f"assert f() == {SECRET}"]) == 1.
         assert execution(fetch, ["assert f() > 0"]) == 0.
-    finally: sandbox._UIDS = old
+    finally: sandbox.uid_pool = old
 
 @needs_seccomp
 def test_concurrent_runs_cannot_collude_through_shared_inodes():
@@ -269,7 +271,7 @@ def f(x=3):
 
 def test_uid_blocks_of_concurrent_scorers_are_disjoint():
     "Eight scorer processes (the ranks of a node) each get their own block of uids"
-    src = "from mapg.sandbox import _UIDS; u = _UIDS.get(); print(_UIDS.base, _UIDS.base + _UIDS.slots)"
+    src = "from mapg.sandbox.host import uid_pool as p; u = p.get(); print(p.base, p.base + p.slots)"
     ps = [subprocess.Popen([sys.executable, '-c', src], stdout=subprocess.PIPE, text=True) for _ in range(8)]
     blocks = sorted(tuple(map(int, p.communicate()[0].split())) for p in ps)
     assert len(blocks) == 8 and all(a[1] <= b[0] for a, b in zip(blocks, blocks[1:]))
@@ -288,7 +290,7 @@ def test_the_judge_is_unprivileged_and_confined():
         assert res.passed == [False, True, True, False], res.judge_output
         assert canary.read_text() == 'keep'
         j = res.isolation['judge']
-        assert j['uid'] != res.isolation['uid'] and sandbox._UIDS.owns(j['uid']) and sandbox._UIDS.owns(res.isolation['uid'])
+        assert j['uid'] != res.isolation['uid'] and sandbox.uid_pool.owns(j['uid']) and sandbox.uid_pool.owns(res.isolation['uid'])
         assert all(j[k] for k in ('netns', 'pidns', 'ipcns', 'mountns', 'minimal_root', 'no_new_privs', 'seccomp'))
     finally:
         canary.unlink(missing_ok=True); canary.parent.rmdir()

@@ -3,7 +3,8 @@ wrong program supplies its own object under the same name: the wrong program sco
 the answer scores 1. Star imports of the standard library and of test libraries (`math`, `pytest`, `numpy.testing`)
 followed by `from solution import *` are the reward hack of issue 24; the other forms close the same hole."""
 import pytest
-from mapg.sandbox import SandboxCfg, judge_program, _jdg_names
+from mapg.sandbox import SandboxCfg, judge_program
+from mapg.sandbox.judge import names_in_tests
 from mapg.rewards import code_reward
 
 CFG = SandboxCfg(timeout=10)
@@ -78,6 +79,6 @@ def test_entry_point_wins_over_a_star_import():
     assert execution("def gcd(a, b): return 1", test, entry_point='gcd') == 0.   # the entry point is in `solution`'s `__all__`
 
 def test_names_table():
-    loaded, bound, stars = _jdg_names(["from math import *\nfrom pytest import approx\nmatch x:\n    case [a, *b]: pass\n"
+    loaded, bound, stars = names_in_tests(["from math import *\nfrom pytest import approx\nmatch x:\n    case [a, *b]: pass\n"
                                        "from solution import *"])
     assert {'a', 'b', 'approx'} <= bound and stars == {'math'} and 'x' in loaded

@@ -8,15 +8,11 @@ import logging, os, secrets, select, signal, sys, tempfile, time, warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable
-from .protocol import _sbx_enc, _sbx_dec, _sbx_codec, _sbx_serve, _parse_results
-from .filter import _sbx_syscalls, _sbx_seccomp
-from .jail import _sbx_unshare, _sbx_root, _sbx_fs, _sbx_isolate, _sbx_outer, _sbx_init
-from .judge import _PURE, _jdg_names, _jdg_errors, _jdg_link, _jdg_tb, _jdg_hello, _jdg_namespace
-from .judge import _jdg_cases, _jdg_main
-from .child import _sbx_main, _child_source
-from .host import _UidPool, _UIDS, _proc_uids, _kill_uid, _exited, _wait_exit, _env, _spawn, _rmtree
-from .host import _quietly
-from .host import _memcg_dirs, _memcg_root, _memcg_make, _memcg_join, _memcg_drop, _site_dirs
+from .protocol import parse_events
+from .judge import names_in_tests
+from .child import child_program
+from .host import uid_pool, kill_uid, has_exited, wait_exit, spawn_child, remove_tree, quietly
+from .host import make_memcg, join_memcg, drop_memcg, site_dirs
 
 # %% auto #0
 __all__ = ['SandboxCfg', 'SandboxError', 'RunResult', 'run_program', 'judge_program', 'run_many']
@@ -69,15 +65,15 @@ class RunResult:
         return sum(self.passed) / len(self.passed) if self.passed else 0.
 
 # %% ../../nbs/08_sandbox.ipynb #b58696fa
-def _read_results(r, pid, deadline, secret, cap=1 << 20):
+def _read_results(r, pid, deadline, token, cap=1 << 20):
     "Read the result pipe until the end marker, EOF or `deadline`; returns `(bytes, timed_out)`"
-    buf, end = b'', f'{secret} E\n'.encode()
+    buf, end = b'', f'{token} E\n'.encode()
     while True:
         left = deadline - time.monotonic()
         if left <= 0: return buf, True
         if not select.select([r], [], [], min(left, 0.05))[0]:
             # exited, while a leftover grandchild still holds the pipe
-            if _exited(pid): return buf, False
+            if has_exited(pid): return buf, False
             continue
         chunk = os.read(r, 65536)
         if not chunk or len(buf) >= cap: return buf, False
@@ -117,11 +113,11 @@ def _check_isolation(iso:dict, cfg:SandboxCfg):
                           "the kernel or the container does not allow it")
 
 # %% ../../nbs/08_sandbox.ipynb #999d349d
-def _limits(cfg:SandboxCfg, secret:str)->dict:
+def _limits(cfg:SandboxCfg, token:str)->dict:
     "What both children of a run take from `cfg` (the judge then sets most limits of its own)"
     return dict(fsize=cfg.fsize, nofile=cfg.nofile, nproc=cfg.nproc, namespaces=cfg.namespaces,
                 cpu=cfg.cpu or cfg.timeout,
-                case_timeout=cfg.case_timeout, max_value=cfg.max_value, value_memory=cfg.memory, token=secret)
+                case_timeout=cfg.case_timeout, max_value=cfg.max_value, value_memory=cfg.memory, token=token)
 
 # %% ../../nbs/08_sandbox.ipynb #sbdkyxfa
 def _judge_job(cfg, lim, tests, imports, helpers, entry_point, uid, work, fds)->dict:
@@ -129,7 +125,7 @@ def _judge_job(cfg, lim, tests, imports, helpers, entry_point, uid, work, fds)->
     out, req, resp, life = fds
     return dict(lim, mode='judge', out=out, req=req, resp=resp, life=life, tests=tests, imports=imports,
                 helpers=helpers,
-                entry_point=entry_point, names=_jdg_names(tests), path=_site_dirs(), ro=_site_dirs(), uid=uid,
+                entry_point=entry_point, names=names_in_tests(tests), path=site_dirs(), ro=site_dirs(), uid=uid,
                 work=work,
                 memory=max(cfg.memory, 2 << 30), disk=8 << 20, inodes=256, cpu=cfg.timeout, nproc=8, nofile=256,
                 # its own limits: the program's never bind it
@@ -140,24 +136,24 @@ def _reap(procs):
     "Give each child a second to exit, then kill its process group and reap it (its group id stays reserved till then)"
     for q in procs:
         if q is None: continue
-        _quietly(_wait_exit, q.pid, time.monotonic() + 1.)
-        _quietly(os.killpg, q.pid, signal.SIGKILL)
-        _quietly(q.wait)
+        quietly(wait_exit, q.pid, time.monotonic() + 1.)
+        quietly(os.killpg, q.pid, signal.SIGKILL)
+        quietly(q.wait)
 
 # %% ../../nbs/08_sandbox.ipynb #t5m6r39v
 def _free_uids(runs):
     "Each `(uid, child, its isolation)` back to the pool, after a `/proc` sweep where no PID namespace ended it all"
     for u, q, iso in runs:
         if u is None: continue
-        if not iso.get('pidns'): _quietly(_kill_uid, u, q.pid if q else 0, 20, _UIDS)
-        _UIDS.put(u)
+        if not iso.get('pidns'): quietly(kill_uid, u, q.pid if q else 0, 20, uid_pool)
+        uid_pool.put(u)
 
 # %% ../../nbs/08_sandbox.ipynb #rga0e3m9
 def _read_back(f, n:int)->bytes:
     "The first `n` bytes of temporary file `f` (None: b''), which is then closed"
     if not f: return b''
-    b = _quietly(os.pread, f.fileno(), n, 0) or b''
-    _quietly(f.close)
+    b = quietly(os.pread, f.fileno(), n, 0) or b''
+    quietly(f.close)
     return b
 
 # %% ../../nbs/08_sandbox.ipynb #5i62ww1b
@@ -173,7 +169,7 @@ class _RunState:
     out:object=None             # the temporary file the sandbox writes its output to, then the judge's
     jout:object=None
     cg:str|None=None            # the run's memory cgroup
-    secret:str=''               # the run's token, on every event line
+    token:str=''                # the run's random token: the job's 'token', the first word of every event line
     t0:float=0.                 # when the run started (its resources acquired)
     p:object=None               # the sandbox's process, then the judge's
     jp:object=None
@@ -191,46 +187,46 @@ def _open_pipe(st:_RunState)->tuple:
 # %% ../../nbs/08_sandbox.ipynb #zpamyngf
 def _close_pipe(st:_RunState, fd:int):
     "Close pipe end `fd` if it is still open; never raises"
-    if fd in st.opened: st.opened.remove(fd); _quietly(os.close, fd)
+    if fd in st.opened: st.opened.remove(fd); quietly(os.close, fd)
 
 # %% ../../nbs/08_sandbox.ipynb #rqp5v62a
 def _join_cg(st:_RunState, pid:int):
     "Put child `pid` in the run's memory cgroup before it has its job: all it will ever start is counted"
-    if st.cg: _memcg_join(st.cg, pid); st.joined.append(pid)
+    if st.cg: join_memcg(st.cg, pid); st.joined.append(pid)
 
 # %% ../../nbs/08_sandbox.ipynb #gmlpwzct
 def _acquire_run(st:_RunState):
     "The run's uids (as root), work dirs, output files and memory cgroup, in that order; then its token and start"
-    if os.geteuid() == 0: st.uid = _UIDS.get(); st.juid = _UIDS.get()
+    if os.geteuid() == 0: st.uid = uid_pool.get(); st.juid = uid_pool.get()
     # the scoring process's pid: its own runs' folders are told apart
     pre = f'mapg-sbx-{os.getpid()}-'
     st.work = tempfile.mkdtemp(prefix=pre)
     if st.judged: st.jwork = tempfile.mkdtemp(prefix=pre)
     st.out = tempfile.TemporaryFile()
     if st.judged: st.jout = tempfile.TemporaryFile()
-    if st.uid is not None: st.cg = _memcg_make(f'mapg-sbx-{st.uid}', st.cfg.memory)
-    st.secret, st.t0 = secrets.token_hex(8), time.monotonic()
+    if st.uid is not None: st.cg = make_memcg(f'mapg-sbx-{st.uid}', st.cfg.memory)
+    st.token, st.t0 = secrets.token_hex(8), time.monotonic()
 
 # %% ../../nbs/08_sandbox.ipynb #6xxoa9c1
 def _start_run(st:_RunState, code, tests, imports, helpers, entry_point):
     "Spawn the sandbox (then, judged, the judge) and read the verdicts until the end marker, the deadline or EOF"
-    cfg, judged, lim = st.cfg, st.judged, _limits(st.cfg, st.secret)
+    cfg, judged, lim = st.cfg, st.judged, _limits(st.cfg, st.token)
     (st.r, w), (life_r, life_w), (jlife_r, jlife_w) = _open_pipe(st), _open_pipe(st), _open_pipe(st)
     (req_r, req_w), (resp_r, resp_w) = (_open_pipe(st), _open_pipe(st)) if judged else ((-1, -1), (-1, -1))
     job = dict(lim, mode='serve' if judged else 'run', code=str(code), tests=[] if judged else tests,
                imports=imports, fd=resp_w if judged else w, req=req_r, life=life_r, uid=st.uid, work=st.work,
                memory=cfg.memory, disk=cfg.disk, inodes=cfg.inodes)
-    st.p = _spawn(_child_source(), job, cfg.python or sys.executable, st.out.fileno(),
+    st.p = spawn_child(child_program(), job, cfg.python or sys.executable, st.out.fileno(),
                   tuple(f for f in (job['fd'], req_r, life_r) if f >= 0), st.work, lambda pid: _join_cg(st, pid))
     for fd in (resp_w, req_r, life_r) if judged else (w, life_r): _close_pipe(st, fd)
     if judged:
         fds = (w, req_w, resp_r, jlife_r)
         jjob = _judge_job(cfg, lim, tests, imports, helpers, entry_point, st.juid, st.jwork, fds)
-        st.jp = _spawn(_child_source(), jjob, sys.executable, st.jout.fileno(), fds, st.jwork)
+        st.jp = spawn_child(child_program(), jjob, sys.executable, st.jout.fileno(), fds, st.jwork)
         for fd in fds: _close_pipe(st, fd)
-    st.buf, st.timed_out = _read_results(st.r, (st.jp or st.p).pid, st.t0 + cfg.timeout, st.secret)
+    st.buf, st.timed_out = _read_results(st.r, (st.jp or st.p).pid, st.t0 + cfg.timeout, st.token)
     # the child should be exiting
-    if not judged: st.timed_out = st.timed_out or not _wait_exit(st.p.pid, st.t0 + cfg.timeout)
+    if not judged: st.timed_out = st.timed_out or not wait_exit(st.p.pid, st.t0 + cfg.timeout)
 
 # %% ../../nbs/08_sandbox.ipynb #tfl2cj0t
 def _release_run(st:_RunState, n:int)->tuple:
@@ -240,13 +236,13 @@ def _release_run(st:_RunState, n:int)->tuple:
         if fd != st.r: _close_pipe(st, fd)
     _reap((st.jp, st.p))
     _close_pipe(st, st.r)
-    iso, ok, passed, err = _parse_results(st.buf, st.secret, n, heads=2 if st.judged else 1)
+    iso, ok, passed, err = parse_events(st.buf, st.token, n, heads=2 if st.judged else 1)
     _free_uids(((st.uid, st.p, iso), (st.juid, st.jp, iso.get('judge', {}))))
-    if st.cg: _memcg_drop(st.cg)
+    if st.cg: drop_memcg(st.cg)
     iso['memcg'] = bool(st.joined)
     output, joutput = _read_back(st.out, st.cfg.max_output), _read_back(st.jout, st.cfg.max_output)
     for d in (st.work, st.jwork):
-        if d: _rmtree(d)
+        if d: remove_tree(d)
     return iso, ok, passed, err, output, joutput
 
 # %% ../../nbs/08_sandbox.ipynb #u7uc1pzu
@@ -261,7 +257,7 @@ def _run(code, tests, imports, cfg, judged, helpers=None, entry_point=None)->Run
     finally: iso, ok, passed, err, output, joutput = _release_run(st, len(tests))
     if err is not None: raise SandboxError(f"sandbox isolation failed, program not run: {err}")
     _check_isolation(iso, cfg)
-    status = 'timeout' if st.timed_out else 'ok' if st.buf.endswith(f'{st.secret} E\n'.encode()) else 'crashed'
+    status = 'timeout' if st.timed_out else 'ok' if st.buf.endswith(f'{st.token} E\n'.encode()) else 'crashed'
     return RunResult(status, passed, ok, st.p.returncode, output.decode(errors='replace'), time.monotonic() - st.t0,
                      iso, joutput.decode(errors='replace'))
 

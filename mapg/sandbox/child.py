@@ -4,43 +4,36 @@
 
 # %% ../../nbs/08e_sandbox_child.ipynb #d14554a2
 from __future__ import annotations
-import inspect
-from functools import cache
-from .protocol import _sbx_enc_std, _sbx_enc_walk, _sbx_enc, _sbx_dec_meter, _sbx_dec_box, _sbx_dec
-from .protocol import _sbx_codec, _sbx_serve_io, _sbx_serve_names, _sbx_serve
-from .filter import _sbx_syscalls, _sbx_bpf, _sbx_seccomp
-from .jail import _sbx_unshare, _sbx_mount, _sbx_mount_flags, _sbx_bind_ro, _sbx_root, _sbx_fs
-from .jail import _sbx_rlimits, _sbx_drop_root
-from .jail import _sbx_isolate, _sbx_outer, _sbx_init
-from .judge import _PURE, _jdg_errors, _jdg_reader, _jdg_write_back, _jdg_calls, _jdg_link
-from .judge import _jdg_tb, _jdg_hello
-from .judge import _jdg_star_names, _jdg_namespace, _jdg_cases, _jdg_main
+import os, sys
+from .protocol import value_codec, serve_calls
+from .jail import confine
+from .judge import run_judge
 
 # %% auto #0
-__all__ = []
+__all__ = ['child_main', 'child_program']
 
 # %% ../../nbs/08e_sandbox_child.ipynb #6thsv4vk
 def _sbx_sender(job, enc, send_msg):
     "`send((kind, text))`: the worker's first message, a value to the judge (serve mode) or an event line"
     import os
-    _write, fd, secret, serve = os.write, job.get('fd'), job['token'], job['mode'] == 'serve'
+    _write, fd, token, serve = os.write, job.get('fd'), job['token'], job['mode'] == 'serve'
     def send(s):
         if serve: send_msg(fd, enc(s, None, 1 << 16))
-        else: _write(fd, f'{secret} {s[0]} {s[1]}\n'.encode())
+        else: _write(fd, f'{token} {s[0]} {s[1]}\n'.encode())
     return send
 
 # %% ../../nbs/08e_sandbox_child.ipynb #0h8ywcn2
 def _sbx_cases(job)->tuple:
     "`(report, cases)`: the failure's traceback printed; `cases(ns, ok)` runs each test in a copy of `ns`, then exits"
     import os, sys, _signal as signal
-    _write, _exec, _compile, _dict, fd, secret = os.write, exec, compile, dict, job.get('fd'), job['token']
+    _write, _exec, _compile, _dict, fd, token = os.write, exec, compile, dict, job.get('fd'), job['token']
     def report():
         try:
             import traceback; traceback.print_exc(limit=-3)
         # e.g. the output file is full
         except BaseException: pass
     def cases(ns, ok):
-        _write(fd, f'{secret} S {int(ok)}\n'.encode())
+        _write(fd, f'{token} S {int(ok)}\n'.encode())
         for i, case in enumerate(job['tests']):
             passed = False
             if ok:
@@ -52,38 +45,38 @@ def _sbx_cases(job)->tuple:
                     report()
                 finally:
                     if job['case_timeout']: signal.setitimer(signal.ITIMER_REAL, 0)
-            _write(fd, f'{secret} C {i} {int(passed)}\n'.encode())
+            _write(fd, f'{token} C {i} {int(passed)}\n'.encode())
         for f in (sys.stdout, sys.stderr):
             try: f.flush()
             except BaseException: pass
-        _write(fd, f'{secret} E\n'.encode())
+        _write(fd, f'{token} E\n'.encode())
         os._exit(0)
     return report, cases
 
 # %% ../../nbs/08e_sandbox_child.ipynb #a5a2277f
-def _sbx_main():
-    "Child side: read the job, isolate; run the program and its in-sandbox checks (`run_program`), serve calls, judge"
+def child_main():
+    "Child side: read the job, confine; run the program and its in-sandbox checks (`run_program`), serve calls, judge"
     import os, sys, marshal, _signal as signal
     job = marshal.loads(sys.stdin.buffer.read())
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    _write, _exec, _compile, secret = os.write, exec, compile, job['token']
-    enc, dec, send_msg = _sbx_codec()
+    _write, _exec, _compile, token = os.write, exec, compile, job['token']
+    enc, dec, send_msg = value_codec()
     serve = job['mode'] == 'serve'
     send, (report, cases) = _sbx_sender(job, enc, send_msg), _sbx_cases(job)
     judge = job['mode'] == 'judge'
-    try: iso = _sbx_isolate(job)
+    try: iso = confine(job)
     except BaseException as e:
-        if judge: _write(job['out'], f"{secret} X {type(e).__name__}: {e}".replace('\n', ' ').encode() + b'\n')
+        if judge: _write(job['out'], f"{token} X {type(e).__name__}: {e}".replace('\n', ' ').encode() + b'\n')
         else: send(('X', f'{type(e).__name__}: {e}'))
         os._exit(3)
     # never returns
-    if judge: _jdg_main(job, iso)
+    if judge: run_judge(job, iso)
     send(('I', repr(iso)))
     sys.dont_write_bytecode = True
     class CaseTimeout(BaseException): pass
     def on_alarm(*a): raise CaseTimeout(f"test case exceeded {job['case_timeout']} s")
     if job['case_timeout']: signal.signal(signal.SIGALRM, on_alarm)
-    server = _sbx_serve(job, enc, dec, send_msg) if serve else None
+    server = serve_calls(job, enc, dec, send_msg) if serve else None
     mod = type(sys)('solution')
     sys.modules['solution'] = mod
     ns, ok = mod.__dict__, True
@@ -98,12 +91,10 @@ def _sbx_main():
     cases(ns, ok)
 
 # %% ../../nbs/08e_sandbox_child.ipynb #d524eda2
-@cache
-def _child_source()->str:
-    "The child program (sandbox and judge alike): the `_sbx_*` and `_jdg_*` functions, then a call to `_sbx_main`"
-    fs = (_sbx_enc_std, _sbx_enc_walk, _sbx_enc, _sbx_dec_meter, _sbx_dec_box, _sbx_dec, _sbx_codec, _sbx_unshare,
-          _sbx_mount, _sbx_mount_flags, _sbx_bind_ro, _sbx_root, _sbx_fs, _sbx_syscalls, _sbx_bpf, _sbx_seccomp,
-          _sbx_rlimits, _sbx_drop_root, _sbx_isolate, _sbx_outer, _sbx_init, _sbx_sender, _sbx_cases, _sbx_main,
-          _sbx_serve_io, _sbx_serve_names, _sbx_serve, _jdg_errors, _jdg_reader, _jdg_write_back, _jdg_calls,
-          _jdg_link, _jdg_tb, _jdg_hello, _jdg_star_names, _jdg_namespace, _jdg_cases, _jdg_main)
-    return f'_PURE = {_PURE!r}\n\n' + '\n\n'.join(inspect.getsource(f) for f in fs) + '\n\n_sbx_main()\n'
+def child_program()->str:
+    "The child's program (`python -I -S -B -c`): the caller's package folder as a bare package, then `child_main`"
+    # the package of the parts imported above, the same when this page runs
+    mod = confine.__module__
+    pkg, here = mod.rpartition('.')[0], os.path.dirname(os.path.abspath(sys.modules[mod].__file__))
+    return (f"import sys\nsys.modules[{pkg!r}] = pkg = type(sys)({pkg!r})\npkg.__path__ = [{here!r}]\n"
+            f"from {pkg}.child import child_main\nchild_main()\n")

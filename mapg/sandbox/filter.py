@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 # %% auto #0
-__all__ = []
+__all__ = ['install_seccomp']
 
 # %% ../../nbs/08b_sandbox_filter.ipynb #00e20f1a
 def _sbx_syscalls(arch:str):
@@ -62,7 +62,7 @@ def _sbx_bpf(arch, aa, clone, fcntl, deny, more)->list:
     return prog
 
 # %% ../../nbs/08b_sandbox_filter.ipynb #voo1tkp1
-def _sbx_seccomp(libc):
+def install_seccomp(libc):
     "Child side, last step: a seccomp filter that denies the calls a scoring program never needs; True if installed"
     import ctypes, os, struct
     arch = os.uname().machine

@@ -9,7 +9,8 @@ from collections import deque
 from functools import cache
 
 # %% auto #0
-__all__ = []
+__all__ = ['uid_pool', 'kill_uid', 'has_exited', 'wait_exit', 'spawn_child', 'remove_tree', 'quietly', 'site_dirs', 'make_memcg',
+           'join_memcg', 'drop_memcg']
 
 # %% ../../nbs/08f_sandbox_host.ipynb #bef65169
 class _UidPool:
@@ -32,9 +33,9 @@ class _UidPool:
         with self.lock: self._block(); return 0 <= uid - self.base < self.slots
 
 # %% ../../nbs/08f_sandbox_host.ipynb #n59mip5e
-_UIDS = _UidPool()
+uid_pool = _UidPool()
 if hasattr(os, 'register_at_fork'):
-    os.register_at_fork(after_in_child=lambda: setattr(_UIDS, 'lock', threading.Lock()))
+    os.register_at_fork(after_in_child=lambda: setattr(uid_pool, 'lock', threading.Lock()))
 
 # %% ../../nbs/08f_sandbox_host.ipynb #6xeanvwo
 def _proc_uids(since:int=0)->dict:
@@ -49,9 +50,9 @@ def _proc_uids(since:int=0)->dict:
     return res
 
 # %% ../../nbs/08f_sandbox_host.ipynb #e7uz4y4w
-def _kill_uid(uid:int, since:int=0, rounds:int=20, pool:_UidPool|None=None)->int:
-    "SIGKILL every process of real uid `uid` (of `pool`, default `_UIDS`) while new ones appear; how many were killed"
-    if not (_UIDS if pool is None else pool).owns(uid):
+def kill_uid(uid:int, since:int=0, rounds:int=20, pool:_UidPool|None=None)->int:
+    "SIGKILL every process of real uid `uid` (of `pool`, default `uid_pool`) while new ones appear; how many died"
+    if not (uid_pool if pool is None else pool).owns(uid):
         raise ValueError(f"refusing to sweep uid {uid}: not a sandbox uid of this process")
     if not os.path.isdir('/proc'): return 0
     # pids grow until they wrap at pid_max: a process forked after the child has a larger pid, unless they wrapped
@@ -67,6 +68,80 @@ def _kill_uid(uid:int, since:int=0, rounds:int=20, pool:_UidPool|None=None)->int
             except OSError: pass
         time.sleep(0.01)
     return n
+
+# %% ../../nbs/08f_sandbox_host.ipynb #0d69067a
+_sbx_log = logging.getLogger('mapg.sandbox')
+
+# %% ../../nbs/08f_sandbox_host.ipynb #jhzaayvg
+def has_exited(pid:int)->bool:
+    "Whether child `pid` has exited, without reaping it (its process-group id stays reserved until the reap)"
+    try: return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError: return True
+
+# %% ../../nbs/08f_sandbox_host.ipynb #bm06uy2i
+def wait_exit(pid:int, deadline:float)->bool:
+    "Wait (without reaping) until `pid` exits or `deadline` passes; True if it exited"
+    delay = 2e-4
+    while not has_exited(pid):
+        if time.monotonic() >= deadline: return False
+        time.sleep(delay); delay = min(2 * delay, 0.02)
+    return True
+
+# %% ../../nbs/08f_sandbox_host.ipynb #oroeps9p
+def _env(work:str)->dict:
+    return dict(PATH='/usr/local/bin:/usr/bin:/bin', LANG='C.UTF-8', HOME=work, TMPDIR=work, PYTHONHASHSEED='0',
+                OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1', MKL_NUM_THREADS='1')
+
+# %% ../../nbs/08f_sandbox_host.ipynb #opylau36
+def spawn_child(src:str, job:dict, python:str, out:int, fds:tuple, cwd:str, before=None):
+    "Start `src` in a new session with a minimal environment, call `before(pid)`, then hand it `job` on stdin"
+    p = subprocess.Popen([python, '-I', '-S', '-B', '-c', src], stdin=subprocess.PIPE, stdout=out, stderr=out,
+                         pass_fds=fds, cwd=cwd, env=_env(job.get('work', cwd)), start_new_session=True)
+    if before:
+        try: before(p.pid)
+        except BaseException: p.kill(); p.wait(); raise
+    try: p.stdin.write(marshal.dumps(job)); p.stdin.close()
+    # it died before reading its job: the run reports a crash
+    except OSError: pass
+    return p
+
+# %% ../../nbs/08f_sandbox_host.ipynb #232mc9cz
+def remove_tree(path:str):
+    "Remove a directory tree, however deep or unreadable; never raises (logs what it could not remove)"
+    try:
+        if not os.path.lexists(path): return
+        # the usual case: the work dir was a mount point, left empty
+        try: os.rmdir(path); return
+        except OSError: pass
+        try: shutil.rmtree(path, ignore_errors=True)
+        # e.g. RecursionError on a very deep tree
+        except BaseException: pass
+        rm = lambda: subprocess.run(['rm', '-rf', '--one-file-system', '--', path], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        # GNU rm has no depth limit
+        if os.path.lexists(path): rm()
+        # parts made unreadable (only matters when not root)
+        if os.path.lexists(path):
+            try:
+                for d, _, _ in os.walk(path): os.chmod(d, 0o700)
+            except BaseException: pass
+            rm()
+        if os.path.lexists(path): _sbx_log.warning("mapg.sandbox: could not remove %s", path)
+    except BaseException as e:
+        _sbx_log.warning("mapg.sandbox: cleanup of %s failed: %s", path, type(e).__name__)
+
+# %% ../../nbs/08f_sandbox_host.ipynb #4io3f1e3
+def quietly(f, *a):
+    "Call `f(*a)`, ignoring any error (cleanup steps)"
+    try: return f(*a)
+    except BaseException: return None
+
+# %% ../../nbs/08f_sandbox_host.ipynb #vy0r14eo
+@cache
+def site_dirs()->list:
+    "This interpreter's site-packages directories (for the judge, which runs with `-S`: KodCode tests import pytest)"
+    ds = site.getsitepackages() if hasattr(site, 'getsitepackages') else []
+    return [d for d in ds if os.path.isdir(d)]
 
 # %% ../../nbs/08f_sandbox_host.ipynb #c6e0a7b1
 def _memcg_dirs(mountinfo:list, cgroup:list)->list:
@@ -99,7 +174,7 @@ def _memcg_root()->tuple:
                   'hierarchy)')
 
 # %% ../../nbs/08f_sandbox_host.ipynb #ent8qdmt
-def _memcg_make(name:str, limit:int)->str|None:
+def make_memcg(name:str, limit:int)->str|None:
     "A new memory cgroup `name` limited to `limit` bytes (swap included), or None where the machine has none"
     v, root = _memcg_root()
     if v is None: return None
@@ -115,95 +190,22 @@ def _memcg_make(name:str, limit:int)->str|None:
                 if required: raise
         return d
     except OSError as e:
-        _memcg_drop(d); _sbx_log.warning("mapg.sandbox: could not make memory cgroup %s: %s", d, e)
+        drop_memcg(d); _sbx_log.warning("mapg.sandbox: could not make memory cgroup %s: %s", d, e)
         return None
 
 # %% ../../nbs/08f_sandbox_host.ipynb #19bb7r22
-def _memcg_join(d:str, pid:int):
+def join_memcg(d:str, pid:int):
+    "Move process `pid` into memory cgroup `d`: all it starts from then on is charged there"
     with open(os.path.join(d, 'cgroup.procs'), 'w') as f: f.write(str(pid))
 
 # %% ../../nbs/08f_sandbox_host.ipynb #st2f5w4p
-def _memcg_drop(d:str):
+def drop_memcg(d:str):
     "Kill what is left in cgroup `d` and remove it (retrying while the kernel still holds exiting tasks); never raises"
     for i in range(200):
         try:
             with open(os.path.join(d, 'cgroup.procs')) as f: pids = [int(x) for x in f.read().split()]
-            for p in pids: _quietly(os.kill, p, signal.SIGKILL)
+            for p in pids: quietly(os.kill, p, signal.SIGKILL)
             os.rmdir(d); return
         except FileNotFoundError: return
         except OSError: time.sleep(0.005)
     _sbx_log.warning("mapg.sandbox: could not remove memory cgroup %s", d)
-
-# %% ../../nbs/08f_sandbox_host.ipynb #0d69067a
-_sbx_log = logging.getLogger('mapg.sandbox')
-
-# %% ../../nbs/08f_sandbox_host.ipynb #jhzaayvg
-def _exited(pid:int)->bool:
-    "Whether child `pid` has exited, without reaping it (its process-group id stays reserved until the reap)"
-    try: return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError: return True
-
-# %% ../../nbs/08f_sandbox_host.ipynb #bm06uy2i
-def _wait_exit(pid:int, deadline:float)->bool:
-    "Wait (without reaping) until `pid` exits or `deadline` passes; True if it exited"
-    delay = 2e-4
-    while not _exited(pid):
-        if time.monotonic() >= deadline: return False
-        time.sleep(delay); delay = min(2 * delay, 0.02)
-    return True
-
-# %% ../../nbs/08f_sandbox_host.ipynb #oroeps9p
-def _env(work:str)->dict:
-    return dict(PATH='/usr/local/bin:/usr/bin:/bin', LANG='C.UTF-8', HOME=work, TMPDIR=work, PYTHONHASHSEED='0',
-                OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1', MKL_NUM_THREADS='1')
-
-# %% ../../nbs/08f_sandbox_host.ipynb #opylau36
-def _spawn(src:str, job:dict, python:str, out:int, fds:tuple, cwd:str, before=None):
-    "Start `src` in a new session with a minimal environment, call `before(pid)`, then hand it `job` on stdin"
-    p = subprocess.Popen([python, '-I', '-S', '-c', src], stdin=subprocess.PIPE, stdout=out, stderr=out, pass_fds=fds,
-                         cwd=cwd, env=_env(job.get('work', cwd)), start_new_session=True)
-    if before:
-        try: before(p.pid)
-        except BaseException: p.kill(); p.wait(); raise
-    try: p.stdin.write(marshal.dumps(job)); p.stdin.close()
-    # it died before reading its job: the run reports a crash
-    except OSError: pass
-    return p
-
-# %% ../../nbs/08f_sandbox_host.ipynb #232mc9cz
-def _rmtree(path:str):
-    "Remove a directory tree, however deep or unreadable; never raises (logs what it could not remove)"
-    try:
-        if not os.path.lexists(path): return
-        # the usual case: the work dir was a mount point, left empty
-        try: os.rmdir(path); return
-        except OSError: pass
-        try: shutil.rmtree(path, ignore_errors=True)
-        # e.g. RecursionError on a very deep tree
-        except BaseException: pass
-        rm = lambda: subprocess.run(['rm', '-rf', '--one-file-system', '--', path], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
-        # GNU rm has no depth limit
-        if os.path.lexists(path): rm()
-        # parts made unreadable (only matters when not root)
-        if os.path.lexists(path):
-            try:
-                for d, _, _ in os.walk(path): os.chmod(d, 0o700)
-            except BaseException: pass
-            rm()
-        if os.path.lexists(path): _sbx_log.warning("mapg.sandbox: could not remove %s", path)
-    except BaseException as e:
-        _sbx_log.warning("mapg.sandbox: cleanup of %s failed: %s", path, type(e).__name__)
-
-# %% ../../nbs/08f_sandbox_host.ipynb #4io3f1e3
-def _quietly(f, *a):
-    "Call `f(*a)`, ignoring any error (cleanup steps)"
-    try: return f(*a)
-    except BaseException: return None
-
-# %% ../../nbs/08f_sandbox_host.ipynb #vy0r14eo
-@cache
-def _site_dirs()->list:
-    "This interpreter's site-packages directories (for the judge, which runs with `-S`: KodCode tests import pytest)"
-    ds = site.getsitepackages() if hasattr(site, 'getsitepackages') else []
-    return [d for d in ds if os.path.isdir(d)]

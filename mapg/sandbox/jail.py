@@ -4,10 +4,10 @@
 
 # %% ../../nbs/08c_sandbox_jail.ipynb #e6e05fe3
 from __future__ import annotations
-from .filter import _sbx_seccomp
+from .filter import install_seccomp
 
 # %% auto #0
-__all__ = []
+__all__ = ['confine']
 
 # %% ../../nbs/08c_sandbox_jail.ipynb #f82821fd
 def _sbx_unshare(job, libc, iso):
@@ -176,45 +176,6 @@ def _sbx_drop_root(job, iso):
     except PermissionError: pass
     else: raise PermissionError('privileges could be regained after the drop')
 
-# %% ../../nbs/08c_sandbox_jail.ipynb #ae4a80ff
-def _sbx_isolate(job):
-    "Child side: namespaces, root, rlimits, then PID 1 and the worker as `job['uid']`; returns what applied (worker)"
-    import os, sys, ctypes
-    try: libc = ctypes.CDLL(None, use_errno=True)
-    except OSError: libc = None
-    root = os.geteuid() == 0
-    iso = dict(netns=False, pidns=False, ipcns=False, mountns=False, minimal_root=False, work_tmpfs=False,
-               readonly_fs=False, seccomp=False)
-    # root of a user namespace that does not map the run's uid (a container): `nobody` instead
-    if root:
-        try:
-            with open('/proc/self/uid_map') as fh: ranges = [[int(x) for x in l.split()] for l in fh]
-            if not any(a <= job['uid'] < a + n for a, _, n in ranges): job['uid'] = 65534
-        except (OSError, ValueError): pass
-    if job['namespaces'] and libc is not None and hasattr(libc, 'unshare'): _sbx_unshare(job, libc, iso)
-    if iso['mountns']:
-        try: _sbx_root(job, libc, iso)
-        except OSError as e: iso['root_error'] = str(e)[:200]; _sbx_fs(job, libc, iso)
-    if not iso['minimal_root']: os.chdir(job['work'])
-    _sbx_rlimits(job)
-    # only PID 1 of the new namespace returns
-    if iso['pidns']: _sbx_outer(job)
-    if root: _sbx_drop_root(job, iso)
-    iso['uid'], iso['no_new_privs'] = os.getuid(), False
-    if libc is not None and hasattr(libc, 'prctl'):
-        # PR_SET_NO_NEW_PRIVS: setuid binaries gain nothing
-        iso['no_new_privs'] = libc.prctl(38, 1, 0, 0, 0) == 0
-        # PR_SET_PDEATHSIG: SIGKILL when the parent dies
-        libc.prctl(1, 9, 0, 0, 0)
-    # only the worker returns
-    if iso['pidns']: _sbx_init(job)
-    iso['seccomp'] = bool(iso['no_new_privs'] and _sbx_seccomp(libc))
-    std = os.path.dirname(os.__file__)
-    if not os.access(std, os.R_OK | os.X_OK):
-        raise PermissionError(f'the sandbox uid cannot read the standard library at {std}: use an interpreter that '
-                              'other users can read (`SandboxCfg.python`) or allow mount namespaces')
-    return iso
-
 # %% ../../nbs/08c_sandbox_jail.ipynb #e9cc5c11
 def _sbx_outer(job):
     "Child side: fork PID 1 of a new PID namespace; this outer process waits for it, or kills it if the caller lets go"
@@ -259,3 +220,42 @@ def _sbx_init(job):
         if p == w: st = s; break
     code = os.waitstatus_to_exitcode(st)
     os._exit(code if code >= 0 else 128 - code)
+
+# %% ../../nbs/08c_sandbox_jail.ipynb #ae4a80ff
+def confine(job):
+    "Child side: namespaces, root, rlimits, then PID 1 and the worker as `job['uid']`; returns what applied (worker)"
+    import os, sys, ctypes
+    try: libc = ctypes.CDLL(None, use_errno=True)
+    except OSError: libc = None
+    root = os.geteuid() == 0
+    iso = dict(netns=False, pidns=False, ipcns=False, mountns=False, minimal_root=False, work_tmpfs=False,
+               readonly_fs=False, seccomp=False)
+    # root of a user namespace that does not map the run's uid (a container): `nobody` instead
+    if root:
+        try:
+            with open('/proc/self/uid_map') as fh: ranges = [[int(x) for x in l.split()] for l in fh]
+            if not any(a <= job['uid'] < a + n for a, _, n in ranges): job['uid'] = 65534
+        except (OSError, ValueError): pass
+    if job['namespaces'] and libc is not None and hasattr(libc, 'unshare'): _sbx_unshare(job, libc, iso)
+    if iso['mountns']:
+        try: _sbx_root(job, libc, iso)
+        except OSError as e: iso['root_error'] = str(e)[:200]; _sbx_fs(job, libc, iso)
+    if not iso['minimal_root']: os.chdir(job['work'])
+    _sbx_rlimits(job)
+    # only PID 1 of the new namespace returns
+    if iso['pidns']: _sbx_outer(job)
+    if root: _sbx_drop_root(job, iso)
+    iso['uid'], iso['no_new_privs'] = os.getuid(), False
+    if libc is not None and hasattr(libc, 'prctl'):
+        # PR_SET_NO_NEW_PRIVS: setuid binaries gain nothing
+        iso['no_new_privs'] = libc.prctl(38, 1, 0, 0, 0) == 0
+        # PR_SET_PDEATHSIG: SIGKILL when the parent dies
+        libc.prctl(1, 9, 0, 0, 0)
+    # only the worker returns
+    if iso['pidns']: _sbx_init(job)
+    iso['seccomp'] = bool(iso['no_new_privs'] and install_seccomp(libc))
+    std = os.path.dirname(os.__file__)
+    if not os.access(std, os.R_OK | os.X_OK):
+        raise PermissionError(f'the sandbox uid cannot read the standard library at {std}: use an interpreter that '
+                              'other users can read (`SandboxCfg.python`) or allow mount namespaces')
+    return iso

@@ -5,18 +5,18 @@
 # %% ../../nbs/08d_sandbox_judge.ipynb #f1b07873
 from __future__ import annotations
 import sys
-from .protocol import _sbx_codec
+from .protocol import value_codec
 
 # %% auto #0
-__all__ = ['unbound_modules']
+__all__ = ['names_in_tests', 'unbound_modules', 'run_judge']
 
 # %% ../../nbs/08d_sandbox_judge.ipynb #1da73c85
-# every standard module's name (the host's list, written into the child's source): read by the tests and bound by
-# nothing of theirs, it is the judge's own module
+# every standard module's name (the judge runs the caller's interpreter: the caller's list): read by the tests and
+# bound by nothing of theirs, it is the judge's own module
 _PURE = tuple(sorted(sys.stdlib_module_names))
 
 # %% ../../nbs/08d_sandbox_judge.ipynb #z4uqf9qd
-def _jdg_names(tests)->tuple:
+def names_in_tests(tests)->tuple:
     "`(loaded, bound, stars)`: names the tests read, names they bind (every binding form), modules they star-import"
     import ast
     loaded, bound, stars = set(), set(), set()
@@ -52,7 +52,7 @@ def unbound_modules(tests:list|tuple,      # the test cases (source), as the jud
                     entry_point:str|None=None # the function under test: the program's, whatever its name
                    )->set:
     "Standard modules `tests` read and neither they nor `imports` bind: the judge's own there, never the program's"
-    loaded, bound, _ = _jdg_names([*tests, *imports])
+    loaded, bound, _ = names_in_tests([*tests, *imports])
     return (loaded - bound) & set(_PURE) - {entry_point}
 
 # %% ../../nbs/08d_sandbox_judge.ipynb #22917076
@@ -252,13 +252,13 @@ def _jdg_cases(job, base, state, report):
         report(f'C {i} {int(passed)}')
 
 # %% ../../nbs/08d_sandbox_judge.ipynb #d663dc27
-def _jdg_main(job, iso):
+def run_judge(job, iso):
     "Judge side (trusted, confined too): run the dataset's tests; calls of the program's objects go to the sandbox"
     import os, sys
     sys.path.extend(job['path'])
-    codec, errors = _sbx_codec(), _jdg_errors()
-    out, secret = job['out'], job['token']
-    def report(s): os.write(out, f'{secret} {s}\n'.encode())
+    codec, errors = value_codec(), _jdg_errors()
+    out, token = job['out'], job['token']
+    def report(s): os.write(out, f'{token} {s}\n'.encode())
     report('J ' + repr(iso))
     answer, Remote, state = _jdg_link(job, codec, errors)
     names = _jdg_hello(answer, report, errors[0])

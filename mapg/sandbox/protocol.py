@@ -4,10 +4,9 @@
 
 # %% ../../nbs/08a_sandbox_protocol.ipynb #4d968cac
 from __future__ import annotations
-import ast
 
 # %% auto #0
-__all__ = []
+__all__ = ['value_codec', 'serve_calls', 'parse_events']
 
 # %% ../../nbs/08a_sandbox_protocol.ipynb #l0n3w4e8
 def _sbx_enc_std():
@@ -144,7 +143,7 @@ def _sbx_dec():
     return dec
 
 # %% ../../nbs/08a_sandbox_protocol.ipynb #5yy92pd6
-def _sbx_codec():
+def value_codec():
     "Both ends of the value protocol: `enc(value, ref, cap) -> str`, `dec(text, ref, budget) -> value`, `send(fd, s)`"
     import os
     def send(fd, text):   # one message: its length in 4 bytes, then the text as UTF-8 (lone surrogates kept)
@@ -199,7 +198,7 @@ def _sbx_serve_names(enc, ref, reply):
     return announce
 
 # %% ../../nbs/08a_sandbox_protocol.ipynb #5f57b884
-def _sbx_serve(job, enc, dec, send_msg):
+def serve_calls(job, enc, dec, send_msg):
     "Child side of the judge protocol: `serve(ns, ok)` announces the program's names, answers calls until hang-up"
     import _signal as signal
     handles, ref, reply, read = _sbx_serve_io(job, enc, send_msg)
@@ -230,12 +229,14 @@ def _sbx_serve(job, enc, dec, send_msg):
     return serve
 
 # %% ../../nbs/08a_sandbox_protocol.ipynb #ee821547
-def _parse_results(buf, secret, n, heads=1):
+def parse_events(buf, token, n, heads=1):
     "Decode event lines to `(isolation, setup_ok, passed, isolation_error)`; only the first `heads` tell isolation"
+    # only the caller reads events: the children never import `ast`
+    import ast
     iso, ok, passed, err = {}, False, [False]*n, None
     for k, line in enumerate(buf.decode(errors='replace').splitlines()):
         t, _, ev = line.partition(' ')
-        if t != secret or not ev: continue
+        if t != token or not ev: continue
         kind, _, rest = ev.partition(' ')
         if k < heads and kind in ('I', 'J'):
             try: d = ast.literal_eval(rest)
